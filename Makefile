@@ -1,0 +1,31 @@
+# gpuledger: `make demo` runs the product, `make test` runs the whole suite, `make bench` measures.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test bench lint clean venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=25"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/gpuledger demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy collector warehouse gpuledger dashboards
+
+clean:
+	rm -rf $(VENV) gpuledger-data .pytest_cache

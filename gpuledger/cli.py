@@ -1,0 +1,198 @@
+"""The ``gpuledger`` command line. The only place that calls ``sys.exit``.
+
+    gpuledger demo [--days N] [--gpus N] [--seed S] [--no-serve]
+    gpuledger sql "SELECT ..." [--format table|csv|json]
+    gpuledger db migrate | gpuledger db status
+
+Every command takes ``--config FILE``, ``--data-dir DIR`` and ``--dsn DSN``. A user mistake
+(a bad setting, a bad DSN, a locked data directory, bad SQL) ends with one line on stderr
+saying what is wrong and what to do, and exit status 2 (settings) or 1 (everything else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import decimal
+import io
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from warehouse.client import WarehouseError
+
+from .settings import Settings, SettingsError, load_settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="TOML settings file")
+    common.add_argument("--data-dir", help="embedded warehouse directory (default ./gpuledger-data)")
+    common.add_argument("--dsn", help="ClickHouse DSN: chdb:///abs/path or http(s)://user:pass@host:8123/db")
+    common.add_argument("-v", "--verbose", action="store_true", help="log more")
+
+    parser = argparse.ArgumentParser(prog="gpuledger", description=__doc__.split("\n")[0],
+                                     parents=[common])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", parents=[common],
+                          help="simulate a GPU cluster into the warehouse and serve the dashboard")
+    demo.add_argument("--days", type=float, help="days to backfill (default 7)")
+    demo.add_argument("--gpus", type=int, help="GPUs in the simulated cluster (default 64)")
+    demo.add_argument("--seed", type=int, help="random seed (default 0)")
+    demo.add_argument("--no-serve", action="store_true",
+                      help="backfill, print what was written, and exit")
+    demo.add_argument("--port", type=int, help="dashboard port (default 8050)")
+
+    sql = sub.add_parser("sql", parents=[common], help="run a SQL query against the warehouse")
+    sql.add_argument("query", help="the SQL text, e.g. \"SELECT count() FROM gpuledger.gpu_samples\"")
+    sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
+    db = sub.add_parser("db", parents=[common], help="schema migrations")
+    db.add_argument("action", choices=("migrate", "status"))
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, dict[str, Any]] = {}
+    if args.data_dir:
+        overrides.setdefault("warehouse", {})["data_dir"] = args.data_dir
+    if args.dsn:
+        overrides.setdefault("warehouse", {})["dsn"] = args.dsn
+    for flag, key in (("days", "days"), ("gpus", "gpus"), ("seed", "seed")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides.setdefault("simulator", {})[key] = value
+    if getattr(args, "port", None) is not None:
+        overrides.setdefault("server", {})["port"] = args.port
+    return load_settings(args.config, overrides=overrides)
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list | tuple):
+        return [_cell(v) for v in value]
+    return value
+
+
+def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> str:
+    """Render a result as an aligned text table, CSV, or a JSON array of objects."""
+    if fmt == "json":
+        return json.dumps([dict(zip(columns, map(_cell, r), strict=True)) for r in rows],
+                          indent=1) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([[_cell(v) for v in r] for r in rows])
+        return buf.getvalue()
+    cells = [[str(_cell(v)) if v is not None else "NULL" for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.rjust(w) if _numeric(v) else v.ljust(w)
+                        for v, w in zip(r, widths, strict=True)) for r in cells]
+    lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(lines) + "\n"
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
+    from .app import open_warehouse
+
+    wh = open_warehouse(settings)
+    columns, rows = wh.table(args.query)
+    sys.stdout.write(format_rows(columns, rows, args.format))
+    return 0
+
+
+def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
+    from warehouse.migrate import migrate, status
+
+    from .app import open_warehouse, render_options
+
+    wh = open_warehouse(settings, apply_migrations=False)
+    opts = render_options(settings)
+    if args.action == "migrate":
+        applied = migrate(wh, opts)
+        for m in applied:
+            print(f"applied {m.version:04d}_{m.name}")
+        print(f"{len(applied)} migration(s) applied; schema is up to date")
+        return 0
+    rows = [(f"{s.version:04d}", s.name,
+             ("applied " + s.applied_at.isoformat(timespec="seconds")) if s.applied_at
+             else "pending",
+             "CHANGED since applied" if s.checksum_changed else "")
+            for s in status(wh, opts)]
+    sys.stdout.write(format_rows(["version", "name", "state", "note"], rows, "table"))
+    return 0
+
+
+def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
+    from .app import DemoRun, open_warehouse, start_live
+
+    wh = open_warehouse(settings)
+    started = time.monotonic()
+    run = DemoRun.start(wh, settings, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    took = time.monotonic() - started
+    written = run.result.written
+    print(f"wrote {sum(written.values()):,} rows in {took:.1f} s into {settings.warehouse.resolved_dsn}"
+          f" (database {settings.warehouse.database}):")
+    for table, count in sorted(written.items()):
+        print(f"  {table:<20} {count:>12,}")
+    if run.result.quarantined:
+        print(f"  quarantined          {run.result.quarantined_total:>12,}")
+        for reason, count in run.result.quarantined.most_common(5):
+            print(f"    {count:,} × {reason}")
+    if args.no_serve:
+        return 0
+    from dashboards.app import create_app
+
+    start_live(run, settings.simulator.interval_s)
+    app = create_app(wh, settings)
+    url = f"http://{settings.server.host}:{settings.server.port}"
+    print(f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
+          f"{settings.warehouse.resolved_dsn})", flush=True)
+    app.run(host=settings.server.host, port=settings.server.port, debug=False)
+    return 0
+
+
+COMMANDS = {"demo": cmd_demo, "sql": cmd_sql, "db": cmd_db}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = _settings(args)
+    except SettingsError as exc:
+        print(f"gpuledger: settings error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return COMMANDS[args.command](settings, args)
+    except WarehouseError as exc:
+        print(f"gpuledger: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

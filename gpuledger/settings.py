@@ -1,0 +1,254 @@
+"""Settings: built once, at the edge, from a TOML file plus ``GPULEDGER_*`` variables.
+
+Precedence, lowest first: defaults, the TOML file (``--config``), environment variables,
+command-line flags. Environment variables name a section and a key separated by a double
+underscore: ``GPULEDGER_WAREHOUSE__DSN``, ``GPULEDGER_LEDGER__IDLE_THRESHOLD_RATIO``. Unknown
+sections, keys and variables are rejected with the name and the list of valid ones, so a typo
+never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+ENV_PREFIX = "GPULEDGER_"
+
+
+class SettingsError(Exception):
+    """A setting is unknown or has a bad value; the message names it and says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WarehouseSettings:
+    #: ``chdb:///abs/path`` (embedded, the default, derived from ``data_dir``) or
+    #: ``http(s)://user:pass@host:8123/db`` for a ClickHouse server.
+    dsn: str = ""
+    #: Where the embedded engine keeps its data when ``dsn`` is empty.
+    data_dir: str = "./gpuledger-data"
+    database: str = "gpuledger"
+    #: A ClickHouse cluster name: migrations render ``ON CLUSTER`` with Replicated tables
+    #: behind Distributed ones. Empty for a single server or the embedded engine.
+    cluster: str = ""
+    raw_retention_days: int = 35
+    rollup_1m_retention_days: int = 180
+    rollup_1h_retention_days: int = 1095
+    #: Engine memory cap in bytes for the embedded engine (0: the engine's default).
+    max_memory_bytes: int = 0
+    connect_timeout_s: float = 10.0
+
+    def validate(self) -> None:
+        if self.dsn:
+            scheme = urlsplit(self.dsn).scheme
+            if scheme not in ("chdb", "http", "https"):
+                raise SettingsError(
+                    f"warehouse.dsn {self.dsn!r} is not a ClickHouse DSN: use "
+                    "chdb:///absolute/path for the embedded engine or "
+                    "http(s)://user:pass@host:8123/database for a server"
+                )
+        if not self.database.isidentifier():
+            raise SettingsError(
+                f"warehouse.database {self.database!r} is not a plain identifier: "
+                "use letters, digits and underscores"
+            )
+        for name in ("raw_retention_days", "rollup_1m_retention_days", "rollup_1h_retention_days"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"warehouse.{name} must be at least 1 day")
+        if self.raw_retention_days > self.rollup_1m_retention_days:
+            raise SettingsError(
+                "warehouse.raw_retention_days must not exceed rollup_1m_retention_days: "
+                "rollups are kept at least as long as the raw samples they summarise"
+            )
+
+    @property
+    def resolved_dsn(self) -> str:
+        """The DSN actually used: ``dsn``, or the embedded engine in ``data_dir``."""
+        if self.dsn:
+            return self.dsn
+        return "chdb://" + str(Path(self.data_dir).expanduser().resolve())
+
+    @property
+    def embedded(self) -> bool:
+        return urlsplit(self.resolved_dsn).scheme == "chdb"
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerSettings:
+    idle_threshold_ratio: float = 0.05
+    idle_min_duration_s: int = 1800
+    #: weighted | even | none
+    idle_policy: str = "weighted"
+    currency: str = "USD"
+
+    def validate(self) -> None:
+        if not 0 <= self.idle_threshold_ratio <= 1:
+            raise SettingsError(
+                f"ledger.idle_threshold_ratio {self.idle_threshold_ratio} must be within 0-1 "
+                "(a ratio, not a percent: 0.05 means 5%)"
+            )
+        if self.idle_min_duration_s < 0:
+            raise SettingsError("ledger.idle_min_duration_s must not be negative")
+        if self.idle_policy not in ("weighted", "even", "none"):
+            raise SettingsError(
+                f"ledger.idle_policy {self.idle_policy!r} is not one of weighted, even, none"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatorSettings:
+    gpus: int = 64
+    days: float = 7.0
+    seed: int = 0
+    interval_s: int = 10
+    cluster: str = "demo"
+
+    def validate(self) -> None:
+        if self.gpus < 1:
+            raise SettingsError(f"simulator.gpus {self.gpus} must be at least 1")
+        if self.days < 0:
+            raise SettingsError(f"simulator.days {self.days} must not be negative")
+        if self.interval_s < 1:
+            raise SettingsError(f"simulator.interval_s {self.interval_s} must be at least 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8050
+
+    def validate(self) -> None:
+        if not 0 < self.port < 65536:
+            raise SettingsError(f"server.port {self.port} is not a TCP port (1-65535)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    warehouse: WarehouseSettings = WarehouseSettings()
+    ledger: LedgerSettings = LedgerSettings()
+    simulator: SimulatorSettings = SimulatorSettings()
+    server: ServerSettings = ServerSettings()
+
+    def validate(self) -> None:
+        for field in dataclasses.fields(self):
+            getattr(self, field.name).validate()
+
+
+def _sections() -> dict[str, type]:
+    return {f.name: typing.get_type_hints(Settings)[f.name] for f in dataclasses.fields(Settings)}
+
+
+def _unknown(kind: str, name: str, valid: list[str], where: str) -> SettingsError:
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return SettingsError(
+        f"unknown {kind} {name!r} in {where}.{hint} Valid: {', '.join(sorted(valid))}"
+    )
+
+
+def _coerce(section: str, key: str, value: Any, hint: Any, where: str) -> Any:
+    """Turn ``value`` (from TOML, or a string from the environment) into the field's type."""
+    target = hint
+    if isinstance(hint, types.UnionType):
+        target = next(a for a in typing.get_args(hint) if a is not type(None))
+    label = f"{section}.{key}"
+    try:
+        if target is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if target is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if target is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if target is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+    except (TypeError, ValueError):
+        pass
+    else:
+        raise SettingsError(f"{label} has an unsupported type")  # pragma: no cover
+    raise SettingsError(
+        f"{label} = {value!r} (from {where}) is not a valid {target.__name__}: "
+        f"give a {target.__name__}, e.g. the default"
+    )
+
+
+def _apply(values: dict[str, dict[str, Any]], data: Mapping[str, Any], where: str) -> None:
+    sections = _sections()
+    for section, body in data.items():
+        if section not in sections:
+            raise _unknown("section", section, list(sections), where)
+        if not isinstance(body, Mapping):
+            raise SettingsError(f"[{section}] in {where} must be a table of keys")
+        hints = typing.get_type_hints(sections[section])
+        for key, value in body.items():
+            if key not in hints:
+                raise _unknown(f"key in [{section}]", key, list(hints), where)
+            values.setdefault(section, {})[key] = _coerce(section, key, value, hints[key], where)
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    sections = _sections()
+    out: dict[str, dict[str, str]] = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        section, sep, key = rest.partition("__")
+        valid = [
+            f"{ENV_PREFIX}{s.upper()}__{k.upper()}"
+            for s, cls in sections.items()
+            for k in typing.get_type_hints(cls)
+        ]
+        if not sep or section not in sections:
+            raise _unknown("environment variable", name, valid, "the environment")
+        if key not in typing.get_type_hints(sections[section]):
+            raise _unknown("environment variable", name, valid, "the environment")
+        out.setdefault(section, {})[key] = value
+    return out
+
+
+def load_settings(
+    config: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Settings:
+    """Build and validate the settings.
+
+    ``overrides`` (from command-line flags) win over the environment, which wins over the
+    file, which wins over the defaults. Raises :class:`SettingsError` naming the bad key.
+    """
+    values: dict[str, dict[str, Any]] = {}
+    if config is not None:
+        path = Path(config)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise SettingsError(f"config file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+        _apply(values, data, str(path))
+    _apply(values, _from_env(os.environ if env is None else env), "the environment")
+    if overrides:
+        _apply(values, overrides, "the command line")
+    sections = _sections()
+    built = Settings(**{name: cls(**values.get(name, {})) for name, cls in sections.items()})
+    built.validate()
+    return built

@@ -1,0 +1,61 @@
+"""Test tiers: unit tests need nothing; ``integration`` tests use the real embedded engine.
+
+The engine allows one data directory per process, so the whole session shares one, and
+every test that writes gets a fresh database in it (``wh``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from warehouse.client import Warehouse, connect
+from warehouse.migrate import RenderOptions, migrate
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+_counter = itertools.count()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "wh" in getattr(item, "fixturenames", ()) or "engine" in getattr(
+            item, "fixturenames", ()
+        ):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
+    """The session's embedded engine (memory-capped), on a fresh data directory."""
+    path = tmp_path_factory.mktemp("engine")
+    wh = connect(f"chdb://{path}", "gpuledger", max_memory_bytes=4 * 2**30)
+    yield wh
+    wh.close()
+
+
+@pytest.fixture
+def wh(engine: Warehouse) -> Warehouse:
+    """A fresh, migrated database in the session's engine."""
+    database = f"t{os.getpid()}_{next(_counter)}"
+    fresh = Warehouse(engine.client, database, engine.dsn)
+    migrate(fresh, RenderOptions(database=database))
+    yield fresh
+    engine.command(f"DROP DATABASE IF EXISTS {database} SYNC")
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for running the CLI in a subprocess: no GPULEDGER_* from the caller."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+@pytest.fixture
+def gpuledger_cmd() -> list[str]:
+    return [sys.executable, "-m", "gpuledger.cli"]

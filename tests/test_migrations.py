@@ -1,0 +1,89 @@
+import pytest
+
+from warehouse.client import Warehouse
+from warehouse.migrate import RenderOptions, load_migrations, migrate, render, status
+
+TABLES = {
+    "gpu_samples", "gpu_samples_1m", "gpu_samples_1h", "gpus", "nodes", "gpu_inventory_log",
+    "node_inventory_log", "job_events", "jobs", "allocations", "tenants", "tenant_rules",
+    "quotas", "price_book", "alerts", "advice", "audit_log", "quarantine", "schema_migrations",
+}
+KEY_COLUMNS = {"cluster", "pool", "node", "gpu_uuid", "gpu_model", "job_id", "tenant"}
+
+
+def test_migrations_are_numbered_one_statement_each() -> None:
+    migrations = load_migrations()
+    assert [m.version for m in migrations] == list(range(len(migrations)))
+    for m in migrations:
+        body = "\n".join(ln for ln in m.sql.splitlines() if not ln.lstrip().startswith("--"))
+        assert body.count("CREATE ") == 1, m.name
+
+
+def test_fresh_database_gets_every_table(wh: Warehouse) -> None:
+    names = {r[0] for r in wh.rows("SELECT name FROM system.tables WHERE database = {d:String}",
+                                   {"d": wh.database})}
+    assert names >= TABLES
+    assert all(s.applied and not s.checksum_changed
+               for s in status(wh, RenderOptions(database=wh.database)))
+
+
+def test_migrate_twice_applies_nothing_the_second_time(wh: Warehouse) -> None:
+    assert migrate(wh, RenderOptions(database=wh.database)) == []
+
+
+def test_status_lists_pending_before_migrate(engine: Warehouse) -> None:
+    fresh = Warehouse(engine.client, "t_pending_status", engine.dsn)
+    try:
+        before = status(fresh, RenderOptions(database=fresh.database))
+        assert before and not any(s.applied for s in before)
+        migrate(fresh, RenderOptions(database=fresh.database))
+        after = status(fresh, RenderOptions(database=fresh.database))
+        assert all(s.applied for s in after)
+    finally:
+        engine.command("DROP DATABASE IF EXISTS t_pending_status SYNC")
+
+
+def test_key_columns_share_names_and_types(wh: Warehouse) -> None:
+    rows = wh.rows("SELECT table, name, type FROM system.columns WHERE database = {d:String}",
+                   {"d": wh.database})
+    types: dict[str, set[str]] = {}
+    for _table, name, type_ in rows:
+        if name in KEY_COLUMNS:
+            types.setdefault(name, set()).add(type_.replace("SimpleAggregateFunction(max, ", ""))
+    assert set(types) == KEY_COLUMNS
+    # every table that has a cluster column calls it `cluster` with one type
+    assert len(types["cluster"]) == 1
+
+
+def test_cluster_rendering_is_replicated_behind_distributed() -> None:
+    opts = RenderOptions(database="gl", cluster="prod")
+    by_name = {m.name: m for m in load_migrations()}
+    samples = render(by_name["gpu_samples"], opts)
+    assert len(samples) == 2
+    assert "CREATE TABLE IF NOT EXISTS gl.gpu_samples_local ON CLUSTER prod" in samples[0]
+    assert ("ReplicatedMergeTree('/clickhouse/tables/{shard}/gl/gpu_samples_local', "
+            "'{replica}')") in samples[0]
+    assert samples[1].startswith("CREATE TABLE IF NOT EXISTS gl.gpu_samples ON CLUSTER prod")
+    assert "Distributed(prod, gl, gpu_samples_local" in samples[1]
+    gpus = render(by_name["gpus"], opts)[0]
+    assert "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/gl/gpus_local', " \
+           "'{replica}', ts)" in gpus
+    view = render(by_name["gpu_samples_1m_mv"], opts)
+    assert len(view) == 1
+    assert "TO gl.gpu_samples_1m_local" in view[0] and "FROM gl.gpu_samples_local" in view[0]
+    single = render(by_name["gpu_samples"], RenderOptions(database="gl"))
+    assert len(single) == 1 and "ON CLUSTER" not in single[0] and "Replicated" not in single[0]
+    assert "${" not in "".join(render(m, opts)[0] for m in load_migrations())
+
+
+def test_retention_is_rendered_from_settings() -> None:
+    by_name = {m.name: m for m in load_migrations()}
+    sql = render(by_name["gpu_samples"], RenderOptions(raw_retention_days=9))[0]
+    assert "INTERVAL 9 DAY" in sql
+
+
+@pytest.mark.parametrize("table", ["gpu_samples", "gpu_samples_1m", "job_events"])
+def test_dedup_window_is_on_for_ingested_tables(wh: Warehouse, table: str) -> None:
+    ddl = wh.rows("SELECT create_table_query FROM system.tables WHERE database = {d:String} "
+                  "AND name = {t:String}", {"d": wh.database, "t": table})[0][0]
+    assert "non_replicated_deduplication_window = 10000" in ddl

@@ -1,0 +1,219 @@
+"""The client factory: a DSN in, a connected :class:`Warehouse` out.
+
+Nothing else in gpuledger knows whether it talks to the embedded engine (chDB, in-process)
+or to a ClickHouse server: both are ``clickhouse_connect.get_client(dsn=...)``. This module is
+also where the engine's vague failures become one clear sentence (STYLE.md item 8).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import clickhouse_connect
+import polars as pl
+from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError
+
+log = logging.getLogger(__name__)
+
+
+class WarehouseError(Exception):
+    """Anything that went wrong talking to the warehouse.
+
+    ``code`` and ``name`` keep ClickHouse's own error code and name when the engine gave one.
+    """
+
+    def __init__(self, message: str, code: int | None = None, name: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.name = name
+
+
+def _chdb_path(dsn: str) -> Path | None:
+    parts = urlsplit(dsn)
+    if parts.scheme != "chdb":
+        return None
+    location = parts.path or parts.netloc
+    if location in ("", "memory", ":memory:"):
+        return None
+    return Path(location)
+
+
+def _lock_holder(data_dir: Path) -> str | None:
+    """Say who holds ``data_dir``'s engine lock, or None when nobody does.
+
+    The engine holds an exclusive ``flock`` on ``<data_dir>/status`` while it runs; the file
+    names the owner's PID. Probing it first turns the engine's vague "Error initializing
+    EmbeddedServer" into a sentence the user can act on.
+    """
+    status = data_dir / "status"
+    try:
+        fd = status.open("rb")
+    except OSError:
+        return None
+    with fd:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            text = fd.read(200).decode("utf-8", "replace")
+            pid = next((ln.split(":", 1)[1].strip() for ln in text.splitlines()
+                        if ln.startswith("PID:")), "unknown")
+            return pid
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return None
+
+
+def _translate(exc: BaseException, dsn: str) -> WarehouseError:
+    """Turn a driver exception into a WarehouseError with a sentence saying what to do."""
+    text = str(exc)
+    code = getattr(exc, "code", None)
+    name = None
+    if "Code:" in text:
+        with contextlib.suppress(ValueError, IndexError):
+            code = int(text.split("Code:", 1)[1].split(".", 1)[0].strip())
+        if "(" in text and ")" in text:
+            name = text.rsplit("(", 1)[1].split(")", 1)[0] or None
+    safe = _redact(dsn)
+    lowered = text.lower()
+    if "authentication" in lowered or code == 516:
+        msg = f"ClickHouse at {safe} refused the user name or password: check the DSN's credentials"
+    elif any(s in lowered for s in ("connection refused", "max retries", "name or service",
+                                     "failed to establish", "timed out", "nodename nor")):
+        msg = (f"cannot reach ClickHouse at {safe}: is the server running and the host and port "
+               "right? (for the embedded engine, leave warehouse.dsn empty)")
+    else:
+        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        msg = f"warehouse error at {safe}: {first}"
+    return WarehouseError(msg, code=code, name=name)
+
+
+def _redact(dsn: str) -> str:
+    parts = urlsplit(dsn)
+    if parts.password:
+        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
+        return parts._replace(netloc=netloc).geturl()
+    return dsn
+
+
+class Warehouse:
+    """A connected client plus the database name; thread-safe (the driver serialises)."""
+
+    def __init__(self, client: Any, database: str, dsn: str):
+        self.client = client
+        self.database = database
+        self.dsn = dsn
+        self.embedded = urlsplit(dsn).scheme == "chdb"
+
+    # -- queries -------------------------------------------------------------------------------
+    def command(self, sql: str, parameters: Mapping[str, Any] | None = None,
+                settings: Mapping[str, Any] | None = None) -> Any:
+        try:
+            return self.client.command(sql, parameters=parameters, settings=settings)
+        except (ClickHouseError, DatabaseError) as exc:
+            raise _translate(exc, self.dsn) from exc
+
+    def table(self, sql: str, parameters: Mapping[str, Any] | None = None
+              ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run a query and return its column names and rows."""
+        try:
+            result = self.client.query(sql, parameters=parameters)
+        except (ClickHouseError, DatabaseError) as exc:
+            raise _translate(exc, self.dsn) from exc
+        return list(result.column_names), list(result.result_rows)
+
+    def rows(self, sql: str, parameters: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run a query and return its rows as tuples."""
+        return self.table(sql, parameters)[1]
+
+    def frame(self, sql: str, parameters: Mapping[str, Any] | None = None) -> pl.DataFrame:
+        """Run a query and return a polars DataFrame (through Arrow, no row objects)."""
+        try:
+            table = self.client.query_arrow(sql, parameters=parameters)
+        except (ClickHouseError, DatabaseError) as exc:
+            raise _translate(exc, self.dsn) from exc
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+    def insert_arrow(self, table: str, data: Any, settings: Mapping[str, Any] | None = None) -> None:
+        try:
+            self.client.insert_arrow(table, data, database=self.database, settings=settings)
+        except (ClickHouseError, DatabaseError) as exc:
+            raise _translate(exc, self.dsn) from exc
+
+    def insert_rows(self, table: str, rows: Sequence[Sequence[Any]], column_names: Sequence[str],
+                    column_types: Sequence[str], settings: Mapping[str, Any] | None = None) -> None:
+        """Insert rows with explicit column names and types (no DESCRIBE round trip)."""
+        try:
+            self.client.insert(table, list(rows), column_names=list(column_names),
+                               column_type_names=list(column_types), database=self.database,
+                               settings=settings)
+        except (ClickHouseError, DatabaseError) as exc:
+            raise _translate(exc, self.dsn) from exc
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+
+def connect(dsn: str, database: str = "gpuledger", *, max_memory_bytes: int = 0,
+            connect_timeout_s: float = 10.0) -> Warehouse:
+    """Open the warehouse at ``dsn``: ``chdb:///abs/path`` or ``http(s)://user:pass@host:port``.
+
+    Raises :class:`WarehouseError` with a sentence saying what to do when the DSN is bad, the
+    server cannot be reached, or another process holds the embedded data directory.
+    """
+    scheme = urlsplit(dsn).scheme
+    if scheme not in ("chdb", "http", "https"):
+        raise WarehouseError(
+            f"DSN {_redact(dsn)!r} is not a ClickHouse DSN: use chdb:///absolute/path (embedded) "
+            "or http(s)://user:pass@host:8123/database (server)"
+        )
+    kwargs: dict[str, Any] = {"dsn": dsn, "tz_mode": "aware"}
+    path = _chdb_path(dsn)
+    if scheme == "chdb":
+        if path is not None:
+            if not path.is_absolute():
+                raise WarehouseError(
+                    f"embedded data directory {str(path)!r} must be an absolute path: "
+                    "use chdb:///absolute/path"
+                )
+            holder = _lock_holder(path)
+            if holder is not None:
+                raise WarehouseError(
+                    f"data directory {path} is in use by another process (PID {holder}): "
+                    "stop that gpuledger process, or use another --data-dir. The embedded "
+                    "engine lets one process own a data directory; run `gpuledger serve` once "
+                    "and send other work to it, or use a ClickHouse server DSN"
+                )
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise WarehouseError(
+                    f"cannot create data directory {path}: {exc.strerror}; choose a writable "
+                    "--data-dir"
+                ) from None
+        if max_memory_bytes:
+            kwargs["settings"] = {"max_memory_usage": max_memory_bytes}
+    else:
+        kwargs["connect_timeout"] = connect_timeout_s
+    try:
+        client = clickhouse_connect.get_client(**kwargs)
+    except Exception as exc:  # the driver raises many kinds; each becomes one sentence
+        if path is not None and _lock_holder(path) is not None:
+            raise WarehouseError(
+                f"data directory {path} is in use by another process: stop it, or use "
+                "another --data-dir"
+            ) from exc
+        if "one engine path per process" in str(exc) or "different path" in str(exc):
+            raise WarehouseError(
+                f"this process already has another embedded data directory open; the engine "
+                f"allows one per process (wanted {path})"
+            ) from exc
+        raise _translate(exc, dsn) from exc
+    return Warehouse(client, database, dsn)

@@ -145,7 +145,8 @@ def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
-    from .app import DemoRun, open_warehouse, start_live
+    from .app import open_warehouse
+    from .demo import DemoRun, start_live
 
     wh = open_warehouse(settings)
     started = time.monotonic()
@@ -180,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # the drivers' retry chatter; their failures reach the user as one line
+        for name in ("urllib3", "clickhouse_connect"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         settings = _settings(args)
     except SettingsError as exc:

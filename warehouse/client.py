@@ -38,7 +38,9 @@ def _chdb_path(dsn: str) -> Path | None:
     parts = urlsplit(dsn)
     if parts.scheme != "chdb":
         return None
-    location = parts.path or parts.netloc
+    # clickhouse-connect reads chdb://memory/db as location "memory" and database "db", and
+    # chdb:///abs/path as the location /abs/path.
+    location = parts.netloc.rpartition("@")[2] or parts.path
     if location in ("", "memory", ":memory:"):
         return None
     return Path(location)
@@ -180,8 +182,8 @@ def connect(dsn: str, database: str = "gpuledger", *, max_memory_bytes: int = 0,
         if path is not None:
             if not path.is_absolute():
                 raise WarehouseError(
-                    f"embedded data directory {str(path)!r} must be an absolute path: "
-                    "use chdb:///absolute/path"
+                    f"embedded data directory {str(path)!r} in DSN {dsn!r} must be an absolute "
+                    "path: use chdb:///absolute/path (three slashes)"
                 )
             holder = _lock_holder(path)
             if holder is not None:

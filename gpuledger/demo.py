@@ -1,0 +1,127 @@
+"""The demo: a simulated cluster written into the warehouse, backfilled, then kept live."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from collector.simulator import Simulator, SimulatorConfig
+from warehouse import queries
+from warehouse.client import Warehouse, WarehouseError
+from warehouse.ingest import Ingestor, IngestResult
+
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def _align(ts: dt.datetime, step_s: int) -> dt.datetime:
+    epoch = int(ts.timestamp())
+    return dt.datetime.fromtimestamp(epoch - epoch % step_s, dt.UTC)
+
+
+@dataclasses.dataclass
+class DemoRun:
+    """A simulated cluster written into the warehouse: backfilled, then kept live.
+
+    The run's parameters are recorded in the audit log (action ``demo.start``). When the demo
+    is started again on the same data directory it replays the deterministic simulation up to
+    the newest stored sample without writing, and continues from there: no gap, no duplicate.
+    """
+
+    wh: Warehouse
+    ingestor: Ingestor
+    sim: Simulator
+    cluster: str
+    result: IngestResult = dataclasses.field(default_factory=IngestResult)
+    resumed_from: dt.datetime | None = None
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    @classmethod
+    def start(cls, wh: Warehouse, settings: Settings, now: dt.datetime | None = None,
+              progress: Callable[[str], None] = lambda _m: None) -> DemoRun:
+        s = settings.simulator
+        now = now or dt.datetime.now(dt.UTC)
+        config = dataclasses.replace(SimulatorConfig.default(gpus=s.gpus, seed=s.seed),
+                                     cluster=s.cluster, interval_s=s.interval_s)
+        previous = _previous_demo(wh, s.cluster)
+        params = {"cluster": s.cluster, "gpus": s.gpus, "seed": s.seed,
+                  "interval_s": s.interval_s}
+        ingestor = Ingestor(wh, settings.warehouse.raw_retention_days)
+        sim = Simulator(config)
+        run = cls(wh, ingestor, sim, s.cluster)
+        last = queries.last_sample(wh, s.cluster)
+        if previous is not None and last is not None:
+            if {k: previous.get(k) for k in params} != params:
+                raise WarehouseError(
+                    f"this data directory already holds demo cluster {s.cluster!r} simulated "
+                    f"with {json.dumps({k: previous.get(k) for k in params})}; start the demo "
+                    "with the same --gpus/--seed, or use another --data-dir"
+                )
+            start = dt.datetime.fromisoformat(previous["start"])
+            resume = _align(last, s.interval_s) + dt.timedelta(seconds=s.interval_s)
+            progress(f"resuming demo cluster {s.cluster!r}: replaying {start:%Y-%m-%d %H:%M} to "
+                     f"{resume:%Y-%m-%d %H:%M} UTC without writing")
+            for _ in sim.run(start, resume):
+                pass
+            run.resumed_from = resume
+        else:
+            start = _align(now - dt.timedelta(days=s.days), 3600)
+            _record_demo(wh, {**params, "start": start.isoformat()})
+            ingestor.write_config(*sim.config_records())
+            progress(f"backfilling {s.days:g} days of {s.gpus} simulated GPUs "
+                     f"(cluster {s.cluster!r}, seed {s.seed}) from {start:%Y-%m-%d %H:%M} UTC")
+        run.advance(now, progress)
+        return run
+
+    def advance(self, until: dt.datetime, progress: Callable[[str], None] = lambda _m: None
+                ) -> IngestResult:
+        """Simulate and write everything from where the simulator is up to ``until``."""
+        result = IngestResult()
+        with self._lock:
+            until = _align(until, self.sim.config.interval_s)
+            if until <= self.sim.now:
+                return result
+            for batch in self.sim.run(self.sim.now, until):
+                result += self.ingestor.write(batch)
+                progress(f"  simulated to {self.sim.now:%Y-%m-%d %H:%M} UTC, "
+                         f"{sum(result.written.values()):,} rows written")
+            self.result += result
+        return result
+
+
+def _previous_demo(wh: Warehouse, cluster: str) -> dict[str, object] | None:
+    rows = wh.rows(
+        f"SELECT detail FROM {wh.database}.audit_log WHERE action = 'demo.start' "
+        "AND object = {cluster:String} ORDER BY ts DESC LIMIT 1", {"cluster": cluster})
+    return json.loads(rows[0][0]) if rows else None
+
+
+def _record_demo(wh: Warehouse, params: dict[str, object]) -> None:
+    wh.insert_rows("audit_log", [(dt.datetime.now(dt.UTC), "gpuledger demo", "demo.start",
+                                  str(params["cluster"]), "ok", json.dumps(params))],
+                   ["ts", "actor", "action", "object", "outcome", "detail"],
+                   ["DateTime64(3, 'UTC')", "String", "LowCardinality(String)", "String",
+                    "LowCardinality(String)", "String"])
+
+
+def start_live(run: DemoRun, interval_s: int) -> BackgroundScheduler:
+    """Keep the simulated cluster live: every ``interval_s`` simulate up to the wall clock."""
+    scheduler = BackgroundScheduler(timezone="UTC")
+
+    def tick() -> None:
+        try:
+            run.advance(dt.datetime.now(dt.UTC))
+        except WarehouseError as exc:  # keep the process alive; the next tick retries
+            log.error("live simulation step failed: %s", exc)
+
+    scheduler.add_job(tick, "interval", seconds=interval_s, max_instances=1, coalesce=True,
+                      id="simulator")
+    scheduler.start()
+    return scheduler

@@ -13,7 +13,7 @@ from dash import Input, Output, callback, dcc, html
 
 from warehouse import queries
 
-from .. import context
+from dashboards import context
 
 dash.register_page(__name__, path="/", name="Overview", title="gpuledger — fleet overview")
 

@@ -28,7 +28,7 @@ WITH
           AND hour >= {start:DateTime64(3)} AND hour < {end:DateTime64(3)}
         GROUP BY hour
     )
-SELECT usage.ts AS ts, usage.capacity_gpus AS capacity_gpus,
+SELECT toDateTime64(usage.ts, 3, 'UTC') AS ts, usage.capacity_gpus AS capacity_gpus,
        coalesce(held.allocated_gpus, 0) AS allocated_gpus, usage.used_gpus AS used_gpus
 FROM usage LEFT JOIN held ON usage.ts = held.ts
-ORDER BY ts
+ORDER BY usage.ts

@@ -1,7 +1,14 @@
 import pytest
 
 from warehouse.client import Warehouse
-from warehouse.migrate import RenderOptions, load_migrations, migrate, render, status
+from warehouse.migrate import (
+    RenderOptions,
+    load_migrations,
+    migrate,
+    reconcile_retention,
+    render,
+    status,
+)
 
 TABLES = {
     "gpu_samples", "gpu_samples_1m", "gpu_samples_1h", "gpus", "nodes", "gpu_inventory_log",
@@ -87,3 +94,17 @@ def test_dedup_window_is_on_for_ingested_tables(wh: Warehouse, table: str) -> No
     ddl = wh.rows("SELECT create_table_query FROM system.tables WHERE database = {d:String} "
                   "AND name = {t:String}", {"d": wh.database, "t": table})[0][0]
     assert "non_replicated_deduplication_window = 10000" in ddl
+
+
+def test_changed_retention_is_applied_to_the_tables(wh: Warehouse) -> None:
+    opts = RenderOptions(database=wh.database, raw_retention_days=9,
+                         rollup_1h_retention_days=400)
+    assert migrate(wh, opts) == []  # nothing pending, but the TTLs follow the settings
+    ddl = dict(wh.rows("SELECT name, create_table_query FROM system.tables "
+                       "WHERE database = {d:String}", {"d": wh.database}))
+    assert "toDateTime(ts) + toIntervalDay(9)" in ddl["gpu_samples"]
+    assert "toIntervalDay(400)" in ddl["gpu_samples_1h"]
+    assert "toIntervalDay(180)" in ddl["gpu_samples_1m"]
+    assert reconcile_retention(wh, opts) == []  # steady state: no ALTER on every start
+    assert reconcile_retention(wh, RenderOptions(database=wh.database)) == [
+        "gpu_samples", "gpu_samples_1h"]

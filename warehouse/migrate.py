@@ -157,4 +157,38 @@ def migrate(wh: Warehouse, opts: RenderOptions) -> list[Migration]:
             ["UInt32", "String", "String", "DateTime64(3, 'UTC')"],
         )
         done.append(m)
+    reconcile_retention(wh, opts)
     return done
+
+
+#: Tables whose TTL follows a retention setting, with the expression the TTL is on.
+RETENTION = {
+    "gpu_samples": ("toDateTime(ts)", "raw_retention_days"),
+    "gpu_samples_1m": ("ts", "rollup_1m_retention_days"),
+    "gpu_samples_1h": ("ts", "rollup_1h_retention_days"),
+}
+_TTL_DAYS = re.compile(r"TTL .*?(?:INTERVAL (\d+) DAY|toIntervalDay\((\d+)\))")
+
+
+def reconcile_retention(wh: Warehouse, opts: RenderOptions) -> list[str]:
+    """Bring each table's TTL to the retention in ``opts``; return the tables changed.
+
+    The raw table's TTL and the ingest guard must agree, or samples between the two would be
+    dropped from ``gpu_samples`` at insert while still reaching the rollups.
+    """
+    local = "_local" if opts.cluster else ""
+    on_cluster = f" ON CLUSTER {opts.cluster}" if opts.cluster else ""
+    changed = []
+    for table, (expr, setting) in RETENTION.items():
+        rows = wh.rows("SELECT create_table_query FROM system.tables WHERE database = {d:String} "
+                       "AND name = {t:String}", {"d": opts.database, "t": table + local})
+        if not rows:
+            continue
+        match = _TTL_DAYS.search(rows[0][0])
+        days = getattr(opts, setting)
+        if match and int(match[1] or match[2]) == days:
+            continue
+        wh.command(f"ALTER TABLE {opts.database}.{table}{local}{on_cluster} "
+                   f"MODIFY TTL {expr} + INTERVAL {int(days)} DAY")
+        changed.append(table)
+    return changed

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 # Job lifecycle events, in the order a job normally passes through them.
 JOB_EVENTS = (
@@ -194,6 +194,21 @@ class Price(NamedTuple):
     resource: str = "gpu_hour"  # or "energy_kwh" (gpu_model "")
 
 
+class Reject(NamedTuple):
+    """Input a source could not turn into a record, kept for the quarantine table.
+
+    Collectors never drop bad input silently and never crash on it: they return a Reject
+    naming the field, the offending value and the reason, plus the raw input (``payload``).
+    """
+
+    source: str  # e.g. "dcgm:http://node-1:9400/metrics"
+    kind: str  # the record kind it would have become: gpu_sample, job_event, ...
+    field: str
+    value: str
+    reason: str
+    payload: str = ""
+
+
 _TS = pl.Datetime("ms", "UTC")
 
 #: Polars schema of a sample frame: the columns, in order, of GpuSample.
@@ -234,9 +249,11 @@ class Batch:
     gpus: Sequence[GpuInventory] = ()
     nodes: Sequence[NodeInventory] = ()
     job_events: Sequence[JobEvent] = ()
+    rejects: Sequence[Reject] = ()
 
     def __len__(self) -> int:
-        return len(self.samples) + len(self.gpus) + len(self.nodes) + len(self.job_events)
+        return (len(self.samples) + len(self.gpus) + len(self.nodes) + len(self.job_events)
+                + len(self.rejects))
 
 
 def samples_frame(samples: pl.DataFrame | Sequence[GpuSample]) -> pl.DataFrame:

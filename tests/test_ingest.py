@@ -217,3 +217,16 @@ def test_config_records_and_decimal_prices(wh: Warehouse) -> None:
         ("H100", "2.99")]
     assert count(wh, "quarantine", "kind = 'price'") == 1
     assert count(wh, "tenants") == 1
+
+
+def test_source_rejects_are_quarantined_once(wh: Warehouse) -> None:
+    from collector.records import Batch, Reject
+
+    rejects = [Reject("dcgm:http://n1:9400/metrics", "gpu_sample", "line", "DCGM_FI_DEV_X{",
+                      "unterminated label set", "DCGM_FI_DEV_X{ 1")]
+    batch = Batch(samples=[sample(NOW - dt.timedelta(minutes=1))], rejects=rejects)
+    first = ingestor(wh).write(batch, batch_id="scrape-1")
+    ingestor(wh).write(batch, batch_id="scrape-1")
+    assert first.quarantined == {"unterminated label set": 1}
+    assert wh.rows(f"SELECT source, kind, field, reason FROM {wh.database}.quarantine") == [
+        ("dcgm:http://n1:9400/metrics", "gpu_sample", "line", "unterminated label set")]

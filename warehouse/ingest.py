@@ -38,6 +38,7 @@ from collector.records import (
     NodeInventory,
     Price,
     Quota,
+    Reject,
     Tenant,
     TenantRule,
 )
@@ -271,6 +272,22 @@ class Ingestor:
             result += self.write_job_events(batch.job_events, suffix("events"))
         if len(batch.samples):
             result += self.write_samples(batch.samples, suffix("samples"))
+        if batch.rejects:
+            result += self.write_rejects(batch.rejects, suffix("rejects"))
+        return result
+
+    def write_rejects(self, rejects: Sequence[Reject], batch_id: str | None = None
+                      ) -> IngestResult:
+        """Quarantine what a source could not parse (see ``collector.records.Reject``)."""
+        batch_id = batch_id or content_id(repr(list(rejects)).encode())
+        result = IngestResult()
+        by_kind: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
+        for r in rejects:
+            by_kind.setdefault((r.kind, r.source), []).append(
+                (r.field, r.value, r.reason, r.payload[:65536]))
+        for (kind, source), rows in by_kind.items():
+            self.quarantine(kind, f"{batch_id}:{source}", rows, source=source)
+            result.quarantined.update(row[2] for row in rows)
         return result
 
 

@@ -1,0 +1,192 @@
+"""A bounded, fsync'd disk spool of batches, replayed oldest-first.
+
+While the warehouse is unreachable the agent puts each batch here; once it is back the
+batches are sent in the order they were taken, each under the id it was given when it was
+made, so a batch that reached the warehouse before the connection broke (the reply was lost)
+is recognised there by its deduplication token and not written twice.
+
+A batch file is written to a temporary name, fsync'd, renamed, and the directory fsync'd:
+after a crash a batch is either whole or absent. When the spool is full a new batch is
+refused (the oldest data, from the start of the outage, is kept), counted in
+``dropped_batches`` and logged as a warning that says how to make room.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import io
+import json
+import logging
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from .records import (
+    Batch,
+    GpuInventory,
+    JobEvent,
+    NodeInventory,
+    Reject,
+    samples_frame,
+)
+
+log = logging.getLogger(__name__)
+
+_MAGIC = b"GLB1"
+_KINDS: dict[str, Any] = {"gpus": GpuInventory, "nodes": NodeInventory,
+                          "job_events": JobEvent, "rejects": Reject}
+_DATETIME_FIELDS = {"ts", "started_at"}
+
+
+def _encode_record(record: Any) -> list[Any]:
+    out = []
+    for value in record:
+        if isinstance(value, dt.datetime):
+            out.append({"$dt": value.isoformat()})
+        elif isinstance(value, tuple):
+            out.append(list(value))
+        else:
+            out.append(value)
+    return out
+
+
+def _decode_record(cls: Any, values: list[Any]) -> Any:
+    decoded = []
+    for name, value in zip(cls._fields, values, strict=True):
+        if isinstance(value, dict) and "$dt" in value:
+            decoded.append(dt.datetime.fromisoformat(value["$dt"]))
+        elif isinstance(value, list):
+            decoded.append(tuple(value))
+        else:
+            decoded.append(value)
+        del name
+    return cls(*decoded)
+
+
+def dump_batch(batch: Batch) -> bytes:
+    """Serialise a batch: a JSON header with the small record kinds, then samples as Arrow IPC."""
+    header = {kind: [_encode_record(r) for r in getattr(batch, kind)] for kind in _KINDS}
+    head = json.dumps(header, separators=(",", ":")).encode()
+    body = io.BytesIO()
+    if len(batch.samples):
+        samples_frame(batch.samples).write_ipc(body, compression="zstd")
+    return _MAGIC + struct.pack(">Q", len(head)) + head + body.getvalue()
+
+
+def load_batch(data: bytes) -> Batch:
+    """The inverse of :func:`dump_batch`."""
+    if data[:4] != _MAGIC:
+        raise ValueError("not a gpuledger batch (bad magic)")
+    (size,) = struct.unpack(">Q", data[4:12])
+    header = json.loads(data[12:12 + size])
+    rest = data[12 + size:]
+    samples: pl.DataFrame | tuple[()] = pl.read_ipc(io.BytesIO(rest)) if rest else ()
+    kinds = {kind: [_decode_record(cls, v) for v in header.get(kind, [])]
+             for kind, cls in _KINDS.items()}
+    return Batch(samples=samples, **kinds)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpooledBatch:
+    path: Path
+    batch_id: str
+
+    def load(self) -> Batch:
+        return load_batch(self.path.read_bytes())
+
+
+class Spool:
+    """Batches on disk under ``directory``, at most ``max_bytes`` in all."""
+
+    def __init__(self, directory: str | os.PathLike[str], max_bytes: int = 1 << 30):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.dropped_batches = 0
+        self._lock = threading.Lock()
+        for stale in self.directory.glob("*.tmp"):  # a crash mid-write leaves only these
+            stale.unlink()
+        existing = sorted(self.directory.glob("*.batch"))
+        self._seq = int(existing[-1].name.split("-", 1)[0]) + 1 if existing else 0
+        self._warned_full = False
+
+    def _files(self) -> list[Path]:
+        return sorted(self.directory.glob("*.batch"))
+
+    @property
+    def depth(self) -> int:
+        """Batches waiting."""
+        return len(self._files())
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self._files())
+
+    def put(self, batch: Batch, batch_id: str) -> bool:
+        """Keep ``batch`` until it is acknowledged; False (and a warning) when the spool is full."""
+        data = dump_batch(batch)
+        with self._lock:
+            used = self.size_bytes
+            if used + len(data) > self.max_bytes:
+                self.dropped_batches += 1
+                log.warning(
+                    "spool %s is full (%d of %d bytes): batch %s (%d rows) is NOT kept; %d "
+                    "batch(es) dropped so far. Bring the warehouse back, or raise the agent's "
+                    "spool size", self.directory, used, self.max_bytes, batch_id, len(batch),
+                    self.dropped_batches)
+                return False
+            if not self._warned_full and used + len(data) > 0.8 * self.max_bytes:
+                self._warned_full = True
+                log.warning("spool %s is over 80%% full (%d of %d bytes)", self.directory,
+                            used + len(data), self.max_bytes)
+            name = f"{self._seq:012d}-{_safe(batch_id)}"
+            self._seq += 1
+            tmp = self.directory / f"{name}.tmp"
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.directory / f"{name}.batch")
+            _fsync_dir(self.directory)
+        return True
+
+    def pending(self) -> Iterator[SpooledBatch]:
+        """The waiting batches, oldest first."""
+        for path in self._files():
+            yield SpooledBatch(path, path.stem.split("-", 1)[1])
+
+    def set_aside(self, batch: Batch, batch_id: str, reason: str) -> Path:
+        """Keep a batch the sink refused in ``rejected/`` with the reason, for an operator."""
+        folder = self.directory / "rejected"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{_safe(batch_id)}.batch"
+        path.write_bytes(dump_batch(batch))
+        path.with_suffix(".reason").write_text(reason + "\n", encoding="utf-8")
+        log.error("batch %s was refused by the sink and kept in %s: %s", batch_id, path, reason)
+        return path
+
+    def ack(self, item: SpooledBatch) -> None:
+        """The batch reached the warehouse: forget it."""
+        with self._lock:
+            item.path.unlink(missing_ok=True)
+            _fsync_dir(self.directory)
+            if self.size_bytes < 0.8 * self.max_bytes:
+                self._warned_full = False
+
+
+def _safe(batch_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "_.:" else "_" for c in batch_id)[:120]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,149 @@
+"""Agent delivery: spool, replay, and no sample lost or doubled across a sink outage."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+from werkzeug.serving import make_server
+
+from collector.pipeline import HttpSink, Pipeline
+from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample, JobEvent, Reject
+from collector.spool import Spool, dump_batch, load_batch
+from gpuledger.server import register
+from warehouse.client import Warehouse
+from warehouse.ingest import Ingestor
+
+T0 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
+
+
+def samples_at(now: dt.datetime, gpus: int = 4) -> pl.DataFrame:
+    rows = [GpuSample(now, "c1", "n1", f"GPU-{g}", g, "H100", gpu_util_ratio=g / 10,
+                      source="test") for g in range(gpus)]
+    return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
+
+
+class CountingSource:
+    """A source that reports 4 GPUs every step: what a node agent's NVML poll returns."""
+
+    name = "test"
+
+    def collect(self, now: dt.datetime) -> Batch:
+        return Batch(samples=samples_at(now))
+
+
+def test_batches_survive_the_disk_round_trip(tmp_path: Path) -> None:
+    batch = Batch(
+        samples=samples_at(T0),
+        gpus=[GpuInventory(T0, "c1", "p", "n1", "GPU-0", 0, "H100", memory_total_bytes=None)],
+        job_events=[JobEvent(T0, "c1", "j1", "started", gpu_uuids=("GPU-0",), started_at=T0)],
+        rejects=[Reject("dcgm", "gpu_sample", "line", "x{", "broken", "x{ 1")],
+    )
+    back = load_batch(dump_batch(batch))
+    assert back.samples.equals(batch.samples)
+    assert list(back.gpus) == list(batch.gpus)
+    assert list(back.job_events) == list(batch.job_events)
+    assert list(back.rejects) == list(batch.rejects)
+    with pytest.raises(ValueError, match="not a gpuledger batch"):
+        load_batch(b"garbage")
+
+
+def test_spool_is_oldest_first_bounded_and_survives_restart(tmp_path: Path,
+                                                            caplog: pytest.LogCaptureFixture
+                                                            ) -> None:
+    one = len(dump_batch(Batch(samples=samples_at(T0))))
+    spool = Spool(tmp_path / "s", max_bytes=3 * one + 10)
+    for i in range(3):
+        assert spool.put(Batch(samples=samples_at(T0 + dt.timedelta(seconds=i))), f"b{i}")
+    assert not spool.put(Batch(samples=samples_at(T0 + dt.timedelta(seconds=9))), "b9")
+    assert spool.dropped_batches == 1 and "is full" in caplog.text
+    (tmp_path / "s" / "000000000099-partial.tmp").write_bytes(b"half a batch")
+    reopened = Spool(tmp_path / "s", max_bytes=3 * one + 10)  # after a crash
+    items = list(reopened.pending())
+    assert [i.batch_id for i in items] == ["b0", "b1", "b2"]
+    assert not list((tmp_path / "s").glob("*.tmp"))
+    reopened.ack(items[0])
+    assert reopened.depth == 2
+    assert reopened.put(Batch(samples=samples_at(T0)), "b3")
+    assert [i.batch_id for i in reopened.pending()] == ["b1", "b2", "b3"]
+
+
+class FlakyWsgi:
+    """Wraps the server: while ``down`` every request fails; ``lose_reply`` writes the batch
+    and then breaks the reply, as when the connection dies after the warehouse took it."""
+
+    def __init__(self, app: object):
+        self.app = app
+        self.down = False
+        self.lose_reply = 0
+
+    def __call__(self, environ: dict, start_response: object) -> Iterator[bytes]:
+        if self.down:
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return iter([b"down"])
+        if self.lose_reply and environ["PATH_INFO"] == "/api/v1/ingest":
+            self.lose_reply -= 1
+            body = b"".join(self.app(environ, lambda *a, **k: None))  # type: ignore[operator]
+            del body
+            start_response("502 Bad Gateway", [("Content-Type", "text/plain")])
+            return iter([b"reply lost"])
+        return self.app(environ, start_response)  # type: ignore[operator]
+
+
+@pytest.fixture
+def server(wh: Warehouse) -> Iterator[tuple[str, FlakyWsgi]]:
+    import flask
+
+    app = flask.Flask("test-server")
+    register(app, wh, Ingestor(wh, 35, now=lambda: T0 + dt.timedelta(hours=1)))
+    flaky = FlakyWsgi(app.wsgi_app)
+    srv = make_server("127.0.0.1", 0, flaky, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{srv.server_port}", flaky
+    srv.shutdown()
+    thread.join()
+    srv.server_close()
+
+
+def test_an_outage_loses_no_sample_and_doubles_none(server: tuple[str, FlakyWsgi],
+                                                    wh: Warehouse, tmp_path: Path) -> None:
+    url, flaky = server
+    sink = HttpSink(url, timeout_s=10)
+    pipe = Pipeline([CountingSource()], sink, Spool(tmp_path / "spool"), node="n1")
+    steps = [T0 + dt.timedelta(seconds=10 * i) for i in range(30)]
+    for i, now in enumerate(steps):
+        if i == 5:
+            flaky.down = True  # the warehouse side goes away for 10 steps
+        if i == 15:
+            flaky.down = False
+            flaky.lose_reply = 2  # it comes back, but the first two replies are lost
+        pipe.step(now)
+        if 5 <= i < 15:
+            assert pipe.spool.depth == i - 4  # everything since the outage waits, in order
+    assert pipe.flush() and pipe.spool.depth == 0
+    sink.close()
+    rows = wh.rows(f"SELECT count(), uniqExact(gpu_uuid, ts) FROM {wh.database}.gpu_samples")
+    assert rows == [(30 * 4, 30 * 4)]
+    hourly = wh.rows(f"SELECT sum(samples) FROM {wh.database}.gpu_samples_1h")
+    assert hourly == [(30 * 4,)]
+
+
+def test_server_health_metrics_and_refusals(server: tuple[str, FlakyWsgi]) -> None:
+    import requests
+
+    url, _ = server
+    with requests.Session() as s:
+        assert s.get(f"{url}/healthz").json() == {"status": "ok"}
+        sink = HttpSink(url, session=s)
+        sink.send(Batch(samples=samples_at(T0)), "b-1")
+        text = s.get(f"{url}/metrics").text
+        assert 'gpuledger_rows_written_total{table="gpu_samples"} 4.0' in text
+        bad = s.post(f"{url}/api/v1/ingest", data=b"nonsense", headers={"X-Batch-Id": "x"})
+        assert bad.status_code == 400 and "not a gpuledger batch" in bad.json()["error"]
+        unnamed = s.post(f"{url}/api/v1/ingest", data=dump_batch(Batch()))
+        assert unnamed.status_code == 400 and "X-Batch-Id" in unnamed.json()["error"]

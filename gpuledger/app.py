@@ -10,6 +10,7 @@ from warehouse.migrate import RenderOptions, migrate
 
 from .settings import Settings
 
+
 def render_options(settings: Settings) -> RenderOptions:
     w = settings.warehouse
     return RenderOptions(database=w.database, cluster=w.cluster,

@@ -1,6 +1,7 @@
 """The ``gpuledger`` command line. The only place that calls ``sys.exit``.
 
     gpuledger demo [--days N] [--gpus N] [--seed S] [--no-serve]
+    gpuledger serve
     gpuledger sql "SELECT ..." [--format table|csv|json]
     gpuledger db migrate | gpuledger db status
 
@@ -18,6 +19,7 @@ import decimal
 import io
 import json
 import logging
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--dsn", help="ClickHouse DSN: chdb:///abs/path or http(s)://user:pass@host:8123/db")
     common.add_argument("-v", "--verbose", action="store_true", help="log more")
 
-    parser = argparse.ArgumentParser(prog="gpuledger", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="gpuledger", description="Observability and cost "
+                                     "allocation for shared GPU clusters.",
                                      parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -47,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-serve", action="store_true",
                       help="backfill, print what was written, and exit")
     demo.add_argument("--port", type=int, help="dashboard port (default 8050)")
+
+    serve = sub.add_parser("serve", parents=[common],
+                           help="serve the dashboard and the agents' ingest API")
+    serve.add_argument("--port", type=int, help="port (default 8050)")
 
     sql = sub.add_parser("sql", parents=[common], help="run a SQL query against the warehouse")
     sql.add_argument("query", help="the SQL text, e.g. \"SELECT count() FROM gpuledger.gpu_samples\"")
@@ -163,18 +170,52 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
             print(f"    {count:,} × {reason}")
     if args.no_serve:
         return 0
+    scheduler = start_live(run, settings.simulator.interval_s)
+    try:
+        return _serve(wh, settings, run.ingestor)
+    finally:
+        scheduler.shutdown(wait=True)
+        wh.close()
+
+
+def _serve(wh: Any, settings: Settings, ingestor: Any) -> int:
+    """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
     from dashboards.app import create_app
 
-    start_live(run, settings.simulator.interval_s)
+    from .server import register
+
     app = create_app(wh, settings)
+    register(app.server, wh, ingestor)
+    signal.signal(signal.SIGTERM, _terminate)
     url = f"http://{settings.server.host}:{settings.server.port}"
     print(f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
           f"{settings.warehouse.resolved_dsn})", flush=True)
-    app.run(host=settings.server.host, port=settings.server.port, debug=False)
+    try:
+        # Threaded, never forking: the embedded engine must not be forked once opened.
+        app.run(host=settings.server.host, port=settings.server.port, debug=False,
+                threaded=True)
+    except SystemExit:
+        pass
     return 0
 
 
-COMMANDS = {"demo": cmd_demo, "sql": cmd_sql, "db": cmd_db}
+def _terminate(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    from warehouse.ingest import Ingestor
+
+    from .app import open_warehouse
+
+    wh = open_warehouse(settings)
+    try:
+        return _serve(wh, settings, Ingestor(wh, settings.warehouse.raw_retention_days))
+    finally:
+        wh.close()
+
+
+COMMANDS = {"demo": cmd_demo, "serve": cmd_serve, "sql": cmd_sql, "db": cmd_db}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -39,6 +40,7 @@ class DemoRun:
     ingestor: Ingestor
     sim: Simulator
     cluster: str
+    position: dt.datetime  # simulated time written so far (exclusive)
     result: IngestResult = dataclasses.field(default_factory=IngestResult)
     resumed_from: dt.datetime | None = None
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -55,7 +57,6 @@ class DemoRun:
                   "interval_s": s.interval_s}
         ingestor = Ingestor(wh, settings.warehouse.raw_retention_days)
         sim = Simulator(config)
-        run = cls(wh, ingestor, sim, s.cluster)
         last = queries.last_sample(wh, s.cluster)
         if previous is not None and last is not None:
             if {k: previous.get(k) for k in params} != params:
@@ -70,11 +71,13 @@ class DemoRun:
                      f"{resume:%Y-%m-%d %H:%M} UTC without writing")
             for _ in sim.run(start, resume):
                 pass
-            run.resumed_from = resume
+            run = cls(wh, ingestor, sim, s.cluster, position=resume, resumed_from=resume)
         else:
             start = _align(now - dt.timedelta(days=s.days), 3600)
             _record_demo(wh, {**params, "start": start.isoformat()})
-            ingestor.write_config(*sim.config_records())
+            cfg = sim.config_records()
+            ingestor.write_config(cfg.tenants, cfg.tenant_rules, cfg.quotas, cfg.prices)
+            run = cls(wh, ingestor, sim, s.cluster, position=start)
             progress(f"backfilling {s.days:g} days of {s.gpus} simulated GPUs "
                      f"(cluster {s.cluster!r}, seed {s.seed}) from {start:%Y-%m-%d %H:%M} UTC")
         run.advance(now, progress)
@@ -86,12 +89,16 @@ class DemoRun:
         result = IngestResult()
         with self._lock:
             until = _align(until, self.sim.config.interval_s)
-            if until <= self.sim.now:
+            if until <= self.position:
                 return result
-            for batch in self.sim.run(self.sim.now, until):
+            shown = time.monotonic()
+            for batch in self.sim.run(self.position, until):
                 result += self.ingestor.write(batch)
-                progress(f"  simulated to {self.sim.now:%Y-%m-%d %H:%M} UTC, "
-                         f"{sum(result.written.values()):,} rows written")
+                if time.monotonic() - shown > 2:
+                    shown = time.monotonic()
+                    progress(f"  simulated to {self.sim.now:%Y-%m-%d %H:%M} UTC, "
+                             f"{sum(result.written.values()):,} rows written")
+            self.position = until
             self.result += result
         return result
 

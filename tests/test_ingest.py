@@ -230,3 +230,15 @@ def test_source_rejects_are_quarantined_once(wh: Warehouse) -> None:
     assert first.quarantined == {"unterminated label set": 1}
     assert wh.rows(f"SELECT source, kind, field, reason FROM {wh.database}.quarantine") == [
         ("dcgm:http://n1:9400/metrics", "gpu_sample", "line", "unterminated label set")]
+
+
+def test_jobs_without_placement_hold_their_requested_gpus(wh: Warehouse) -> None:
+    ing = ingestor(wh)
+    ing.write_job_events([event(0, "submitted", gpus_requested=3.0),
+                          event(10, "started", gpus_requested=3.0, node=""),
+                          event(70, "finished", gpus_requested=3.0, node="")])
+    ing.write_job_events([event(0, "submitted", job_id="q", gpus_requested=1.0),
+                          event(5, "cancelled", job_id="q", gpus_requested=1.0)])
+    rows = wh.rows(f"SELECT job_id, gpu_uuid, fraction, dateDiff('minute', start_ts, end_ts) "
+                   f"FROM {wh.database}.allocations FINAL")
+    assert rows == [("j1", "", 3.0, 60)]  # the job that never started holds nothing

@@ -215,9 +215,11 @@ class Ingestor:
         started_in_batch = {(e.cluster, e.job_id, e.attempt): e for e in events
                             if e.event == "started"}
         for e in events:
-            if e.event == "started" and e.gpu_uuids:
+            if not (e.gpu_uuids or e.gpus_requested > 0):
+                continue  # holds no GPU
+            if e.event == "started":
                 rows.extend(_allocation(e, e.ts, None))
-            elif e.event in TERMINAL_EVENTS and e.gpu_uuids:
+            elif e.event in TERMINAL_EVENTS:
                 start = e.started_at
                 opener = started_in_batch.get((e.cluster, e.job_id, e.attempt))
                 if start is None and opener is not None:
@@ -482,13 +484,20 @@ _ALLOCATION_COLUMNS = ("cluster", "pool", "node", "gpu_uuid", "mig_instance", "g
 
 
 def _allocation(e: JobEvent, start: dt.datetime, end: JobEvent | None) -> list[tuple[Any, ...]]:
-    migs = e.mig_instances or ("",) * len(e.gpu_uuids)
+    """One row per GPU held, with the share of it held; a job whose source does not say
+    which GPUs it got (a trace, sacct) holds ``gpus_requested`` GPUs in one unplaced row
+    (``gpu_uuid`` empty), so its GPU-hours still count."""
+    if e.gpu_uuids:
+        held = [(uuid, mig, e.gpu_fraction) for uuid, mig in
+                zip(e.gpu_uuids, e.mig_instances or ("",) * len(e.gpu_uuids), strict=True)]
+    else:
+        held = [("", "", e.gpus_requested)]
     end_ts = end.ts if end else None
     version = int(end.ts.timestamp() * 1000) if end else 0
     return [(e.cluster, e.pool, e.node, uuid, mig, e.gpu_model, e.job_id, e.attempt, e.tenant,
-             e.org, e.project, e.user, e.queue, e.workload_type, e.gpu_fraction, start, end_ts,
+             e.org, e.project, e.user, e.queue, e.workload_type, share, start, end_ts,
              end.event if end else "", end.reason if end else "", version)
-            for uuid, mig in zip(e.gpu_uuids, migs, strict=True)]
+            for uuid, mig, share in held]
 
 
 def _check_tenant(r: Tenant) -> tuple[str, str, str] | None:

@@ -1,6 +1,8 @@
 -- Job <-> GPU intervals. An interval opens at `started` (end_ts NULL) and is closed by the job's
 -- terminal event; the closed row replaces the open one whatever order they arrive in
--- (version: 0 while open, the end time in ms once closed). fraction: the share of the GPU held.
+-- (version: 0 while open, the end time in ms once closed). fraction: the share of the GPU held;
+-- a job whose source names no GPU (a trace, sacct) has one row with gpu_uuid '' and fraction =
+-- the number of GPUs it held, so that its GPU-hours still add up.
 CREATE TABLE IF NOT EXISTS ${db}.allocations${local} ${on_cluster}
 (
     cluster LowCardinality(String),

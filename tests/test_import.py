@@ -9,7 +9,7 @@ from collector import traces
 from warehouse.client import Warehouse
 from warehouse.ingest import Ingestor
 
-from .conftest import SHARED
+from conftest import SHARED
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 V2023 = SHARED / "data" / "alibaba-gpu-v2023"

@@ -30,7 +30,8 @@ def test_backfill_then_restart_continues_without_gap_or_duplicate(wh: Warehouse)
     assert first.resumed_from is None
     assert first.result.written["gpu_samples"] > 16 * 6 * 360 * 0.8
     assert first.result.quarantined_total == 0  # everything the simulator makes is valid
-    assert first.result.written["job_events"] > 0 and first.result.written["allocations"] > 0
+    assert first.result.written["job_events"] > 0
+    assert wh.rows(f"SELECT count() FROM {wh.database}.allocations FINAL")[0][0] > 0
     later = NOW + dt.timedelta(minutes=20)
     second = DemoRun.start(wh, _settings(wh), now=later)  # a new process on the same data
     assert second.resumed_from == dt.datetime(2026, 11, 20, 12, 0, 0, tzinfo=dt.UTC)

@@ -29,7 +29,6 @@ from collector.records import (
     JOB_EVENTS,
     NODE_STATES,
     SAMPLE_SCHEMA,
-    TERMINAL_EVENTS,
     WORKLOAD_TYPES,
     Batch,
     GpuInventory,
@@ -43,6 +42,7 @@ from collector.records import (
     TenantRule,
 )
 
+from . import queries
 from .client import Warehouse
 
 #: Samples may be at most this far in the future of the ingesting clock (clock skew).
@@ -193,52 +193,18 @@ class Ingestor:
 
     def write_job_events(self, records: Sequence[JobEvent], batch_id: str | None = None
                          ) -> IngestResult:
-        """Insert job events, and open or close the allocation intervals they imply."""
+        """Insert job events, then re-derive the allocation intervals of the jobs they touch.
+
+        The intervals are computed in SQL from all of a job's events (``derive_allocations``),
+        so events that arrive late, out of order or twice give the same intervals.
+        """
         result = self._write_records("job_event", "job_events", records, _check_event,
                                      _event_row, JobEvent._fields, batch_id)
-        valid = [e for e in records if _check_event(e) is None]
-        rows = self._allocation_rows(valid)
-        if rows:
-            token = batch_id or content_id(repr(list(records)).encode())
-            self._insert("allocations", _ALLOCATION_COLUMNS, rows, f"{token}:allocations")
-            result.written["allocations"] += len(rows)
+        jobs = sorted({(e.cluster, e.job_id) for e in records if _check_event(e) is None})
+        for start in range(0, len(jobs), 5000):
+            self.wh.command(queries.sql("derive_allocations"),
+                            {"db": self.wh.database, "jobs": jobs[start:start + 5000]})
         return result
-
-    def _allocation_rows(self, events: Sequence[JobEvent]) -> list[tuple[Any, ...]]:
-        """Allocation rows: open ones for ``started``, closed ones for terminal events.
-
-        A terminal event that does not say when its attempt started is closed against the
-        open rows already in the warehouse (one query per batch).
-        """
-        rows: list[tuple[Any, ...]] = []
-        lookup: list[JobEvent] = []
-        started_in_batch = {(e.cluster, e.job_id, e.attempt): e for e in events
-                            if e.event == "started"}
-        for e in events:
-            if not (e.gpu_uuids or e.gpus_requested > 0):
-                continue  # holds no GPU
-            if e.event == "started":
-                rows.extend(_allocation(e, e.ts, None))
-            elif e.event in TERMINAL_EVENTS:
-                start = e.started_at
-                opener = started_in_batch.get((e.cluster, e.job_id, e.attempt))
-                if start is None and opener is not None:
-                    start = opener.ts
-                if start is None:
-                    lookup.append(e)
-                else:
-                    rows.extend(_allocation(e, start, e))
-        if lookup:
-            starts = dict(((c, j, a), s) for c, j, a, s in self.wh.rows(
-                f"SELECT cluster, job_id, attempt, min(start_ts) FROM {self.wh.database}"
-                ".allocations WHERE (cluster, job_id, attempt) IN {keys:Array(Tuple(String, "
-                "String, UInt16))} GROUP BY cluster, job_id, attempt",
-                {"keys": [(e.cluster, e.job_id, e.attempt) for e in lookup]}))
-            for e in lookup:
-                start = starts.get((e.cluster, e.job_id, e.attempt))
-                if start is not None:
-                    rows.extend(_allocation(e, start.replace(tzinfo=dt.UTC), e))
-        return rows
 
     # -- configuration ------------------------------------------------------------------------
     def write_config(self, tenants: Iterable[Tenant] = (), rules: Iterable[TenantRule] = (),
@@ -475,29 +441,6 @@ def _check_event(r: JobEvent) -> tuple[str, str, str] | None:
 
 def _event_row(e: JobEvent) -> tuple[Any, ...]:
     return (*e[:-5], list(e.gpu_uuids), list(e.mig_instances), e.started_at, e.reason, e.source)
-
-
-_ALLOCATION_COLUMNS = ("cluster", "pool", "node", "gpu_uuid", "mig_instance", "gpu_model",
-                       "job_id", "attempt", "tenant", "org", "project", "user", "queue",
-                       "workload_type", "fraction", "start_ts", "end_ts", "end_event",
-                       "end_reason", "version")
-
-
-def _allocation(e: JobEvent, start: dt.datetime, end: JobEvent | None) -> list[tuple[Any, ...]]:
-    """One row per GPU held, with the share of it held; a job whose source does not say
-    which GPUs it got (a trace, sacct) holds ``gpus_requested`` GPUs in one unplaced row
-    (``gpu_uuid`` empty), so its GPU-hours still count."""
-    if e.gpu_uuids:
-        held = [(uuid, mig, e.gpu_fraction) for uuid, mig in
-                zip(e.gpu_uuids, e.mig_instances or ("",) * len(e.gpu_uuids), strict=True)]
-    else:
-        held = [("", "", e.gpus_requested)]
-    end_ts = end.ts if end else None
-    version = int(end.ts.timestamp() * 1000) if end else 0
-    return [(e.cluster, e.pool, e.node, uuid, mig, e.gpu_model, e.job_id, e.attempt, e.tenant,
-             e.org, e.project, e.user, e.queue, e.workload_type, share, start, end_ts,
-             end.event if end else "", end.reason if end else "", version)
-            for uuid, mig, share in held]
 
 
 def _check_tenant(r: Tenant) -> tuple[str, str, str] | None:

@@ -1,0 +1,655 @@
+"""dcgm-exporter source: real bodies scraped over HTTP, label spellings, MIG, blanks, hostile
+input, retries, timeouts and down targets.
+
+Every ``tests/data/dcgm/*.prom`` (copies of shared/data/dcgm-exporter, see PROVENANCE.md) is
+served by a local ``http.server`` on 127.0.0.1 and scraped for real with ``requests``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as dt
+import http.server
+import math
+import random
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector import dcgm
+from collector.dcgm import FIELDS, DcgmCollector, parse, parse_detailed
+from collector.promtext import TextFetcher, parse_text
+from collector.records import SAMPLE_SCHEMA, GpuSample, samples_frame
+
+DATA = Path(__file__).parent / "data" / "dcgm"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "dcgm-exporter"
+FILES = sorted(p.name for p in DATA.glob("*.prom"))
+NOW = dt.datetime(2025, 6, 1, 12, 0, tzinfo=dt.UTC)
+MIB = 2**20
+H100 = "NVIDIA H100 80GB HBM3"
+
+#: file -> (samples, gpu_model, node, memory_total MiB or None). Memory totals are the
+#: MANIFEST's card sizes; the old A100 exporter has no FB_RESERVED, so used + free only.
+EXPECTED = {
+    "a100_40gb_mig_1g5gb__nvidia_cloud-native-docs.prom": (2, "", "ub20-a100-k8s", 40535),
+    "h100_80gb_hbm3_x8_podlabels__nvidia_aicr@156a357.prom":
+        (8, H100, "ip-10-0-171-111.ec2.internal", None),
+    "h100_80gb_hbm3_x8_podlabels__nvidia_aicr@19edc95.prom":
+        (8, H100, "ip-100-64-147-149.ec2.internal", None),
+    "l40s_upcloud__cncf_k8s-ai-conformance.prom": (1, "NVIDIA L40S", "gpu1-wl8sg", 46067),
+    "l4_kops__cncf_k8s-ai-conformance.prom": (1, "NVIDIA L4", "i-030791dc5a37cd257", 23033),
+    "readme_blank_sentinel__nvidia_cloud-native-docs.prom": (1, "", "127.0.0.1", None),
+    "t4_ericsson-ccd__cncf_k8s-ai-conformance.prom": (1, "Tesla T4", "cp-bm14r7", 15358),
+    "t4_rafay__cncf_k8s-ai-conformance.prom": (1, "Tesla T4", "ip-10-200-3-41", 15359),
+    "vgpu_grid_a100-10c_vks__cncf_k8s-ai-conformance.prom":
+        (1, "GRID A100-10C", "conformance-test-np1-qcqc8-bpdtl-wv2gs", 10239),
+    "vgpu_grid_a100-40c_vks__cncf_k8s-ai-conformance.prom":
+        (1, "GRID A100-40C", "test-ai-1-node-pool-40c-d5ds8-br9r6-9tb2c", 40959),
+}
+A100 = "a100_40gb_mig_1g5gb__nvidia_cloud-native-docs.prom"
+BLANK = "readme_blank_sentinel__nvidia_cloud-native-docs.prom"
+
+
+def read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+# --------------------------------------------------------------------------- local server
+
+
+@dataclasses.dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    delay_s: float = 0.0  # before the headers
+    trickle_s: float = 0.0  # between single body bytes
+
+
+class Stub:
+    """Routes for the local server: path -> function(hit number) -> Reply."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, Callable[[int], Reply]] = {}
+        self.hits: collections.Counter[str] = collections.Counter()
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.port = 0
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def serve(self, path: str, body: str | bytes, status: int = 200) -> str:
+        data = body.encode() if isinstance(body, str) else body
+        self.routes[path] = lambda _n: Reply(status, data)
+        return self.url(path)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        stub = self.server.stub
+        with stub.lock:
+            n = stub.hits[self.path]
+            stub.hits[self.path] += 1
+        route = stub.routes.get(self.path)
+        reply = route(n) if route else Reply(404, b"not found")
+        if reply.delay_s and stub.stop.wait(reply.delay_s):
+            return
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(reply.body)))
+        self.end_headers()
+        if not reply.trickle_s:
+            self.wfile.write(reply.body)
+            return
+        for i in range(len(reply.body)):
+            self.wfile.write(reply.body[i:i + 1])
+            self.wfile.flush()
+            if stub.stop.wait(reply.trickle_s):
+                return
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = False  # server_close() joins the handler threads: nothing left open
+
+    def __init__(self, stub: Stub):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.stub = stub
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # the client hung up on purpose (timeout tests)
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    s = Stub()
+    server = _Server(s)
+    s.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    yield s
+    s.stop.set()
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/metrics"
+
+
+def collector(*targets: str, **kw: object) -> DcgmCollector:
+    kw.setdefault("timeout_s", (1.0, 2.0))
+    kw.setdefault("sleep", lambda _s: None)
+    return DcgmCollector(list(targets), "test-cluster", **kw)  # type: ignore[arg-type]
+
+
+def scrape_file(stub: Stub, name: str) -> tuple[list[GpuSample], DcgmCollector]:
+    url = stub.serve("/" + name, read(name))
+    with collector(url) as c:
+        batch = c.collect(NOW)
+    assert list(batch.rejects) == []
+    assert c.failures == {url: 0}
+    return list(batch.samples), c  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- real bodies
+
+
+def test_test_data_is_the_shared_data() -> None:
+    assert set(FILES) == set(EXPECTED)
+    if not SHARED.is_dir():
+        pytest.skip("shared data set not present")
+    for path in SHARED.iterdir():  # bodies, catalogues and licences
+        assert (DATA / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_real_body_scraped_over_http(stub: Stub, name: str) -> None:
+    samples, c = scrape_file(stub, name)
+    count, model, node, total_mib = EXPECTED[name]
+    assert len(samples) == count
+    url = stub.url("/" + name)
+    for s in samples:
+        assert s.cluster == "test-cluster" and s.source == f"dcgm:{url}" and s.ts == NOW
+        assert re.fullmatch(r"GPU-[0-9a-f-]{36}", s.gpu_uuid)
+        assert s.gpu_model == model and s.node == node and s.vendor == "nvidia"
+    whole = [s for s in samples if not s.mig_instance]
+    assert [s.gpu_index for s in whole] == list(range(len(whole)))
+    assert len({(s.gpu_uuid, s.mig_instance) for s in samples}) == len(samples)
+    if total_mib is not None:
+        assert all(abs(s.memory_total_bytes - total_mib * MIB) <= MIB for s in whole)
+        assert all(0 <= s.memory_used_bytes <= s.memory_total_bytes for s in whole)
+    else:
+        assert all(s.memory_total_bytes is None for s in whole)
+    # Every line of a metric we do not map was counted, none silently vanished.
+    unmapped = [ln.split("{")[0] for ln in read(name).splitlines()
+                if ln and not ln.startswith("#") and ln.split("{")[0] not in FIELDS]
+    assert c.stats[url].unknown_lines == len(unmapped)
+    frame = samples_frame(samples)
+    assert frame.schema == SAMPLE_SCHEMA and frame.height == count
+
+
+@pytest.mark.parametrize("name", [n for n in FILES if "h100" in n])
+def test_h100_exactly_one_gpu_per_node_has_pod_labels(stub: Stub, name: str) -> None:
+    samples, _ = scrape_file(stub, name)
+    held = [s for s in samples if s.pod]
+    assert len(held) == 1 and len(samples) - len(held) == 7
+    assert held[0].namespace == "dynamo-workload" and held[0].container == "main"
+    assert held[0].pod.startswith("vllm-agg-0-vllmdecodeworker-")
+    assert all(s.namespace == s.container == s.job_id == "" for s in samples if not s.pod)
+    assert all(s.power_watts is not None and s.power_watts > 60 for s in samples)
+
+
+@pytest.mark.parametrize("name", [n for n in FILES if n.startswith("vgpu")])
+def test_vgpu_has_no_power(stub: Stub, name: str) -> None:
+    (s,), _ = scrape_file(stub, name)
+    assert s.power_watts is None and s.energy_millijoules is None
+    assert s.gpu_util_ratio == 0.0 and s.sm_clock_mhz == 1410
+    assert s.gpu_uuid.endswith("00000000")
+
+
+def test_t4_values_converted_to_units() -> None:
+    (s,), _ = parse(read("t4_ericsson-ccd__cncf_k8s-ai-conformance.prom"), NOW, "c")
+    assert s.gpu_util_ratio == pytest.approx(0.91) and s.mem_util_ratio == pytest.approx(0.73)
+    assert s.gr_engine_active_ratio == pytest.approx(0.156205)  # both stored, warehouse picks
+    assert s.memory_used_bytes == 5120 * MIB
+    assert s.power_watts == pytest.approx(68.244) and s.temperature_celsius == 74.0
+    assert s.energy_millijoules == 15152422938 and s.sm_clock_mhz == 660 and s.xid is None
+
+
+def test_a100_mig_instance_and_no_double_counting() -> None:
+    samples, rejects = parse(read(A100), NOW, "c")
+    assert rejects == []
+    parent, inst = samples
+    assert (parent.mig_instance, parent.mig_profile) == ("", "")
+    assert (inst.mig_instance, inst.mig_profile) == ("13", "1g.5gb")
+    assert parent.gpu_uuid == inst.gpu_uuid and parent.gpu_model == "" == inst.gpu_model
+    assert parent.gr_engine_active_ratio == pytest.approx(0.995630)
+    assert inst.gr_engine_active_ratio == pytest.approx(0.995687)
+    assert parent.power_watts == pytest.approx(409.692)
+    assert parent.energy_millijoules == 319159391 and parent.temperature_celsius == 61.0
+    assert parent.sm_clock_mhz == 1215 and parent.xid is None
+    assert parent.memory_used_bytes == 4845 * MIB
+    device = ("power_watts", "energy_millijoules", "temperature_celsius", "sm_clock_mhz", "xid")
+    assert all(getattr(inst, f) is None for f in device)
+    assert sum(s.power_watts or 0 for s in samples) == pytest.approx(409.692)
+
+
+def _flex_mode_body() -> str:
+    """The A100 body as a flex-mode exporter writes it with MIG on: every series carries a
+    GPU instance (1 and 2), device-level values repeated on both; no whole-GPU series."""
+    out = []
+    for line in read(A100).splitlines():
+        if "GPU_I_ID" in line:
+            continue
+        for gi in ("2", "1"):
+            out.append(line.replace('Hostname=', f'GPU_I_PROFILE="3g.20gb",GPU_I_ID="{gi}",'
+                                                 'Hostname='))
+    return "\n".join(out) + "\n"
+
+
+def test_mig_only_instance_series_device_fields_taken_once() -> None:
+    result = parse_detailed(_flex_mode_body(), NOW, "c")
+    parent, one, two = result.samples
+    assert result.stats.synthesised_parents == 1
+    assert parent.mig_instance == "" and [one.mig_instance, two.mig_instance] == ["1", "2"]
+    assert parent.power_watts == pytest.approx(409.692)
+    assert parent.energy_millijoules == 319159391
+    assert parent.memory_used_bytes is None and parent.pod == ""
+    assert one.power_watts is None and two.energy_millijoules is None
+    assert one.memory_used_bytes == two.memory_used_bytes == 4845 * MIB
+    total_power = sum(s.power_watts or 0 for s in result.samples)
+    assert total_power == pytest.approx(409.692)  # not 2 x 409.692
+
+
+def test_mig_device_field_missing_on_parent_taken_once_from_instances() -> None:
+    lines = read(A100).splitlines()
+    power = next(ln for ln in lines if ln.startswith("DCGM_FI_DEV_POWER_USAGE"))
+    moved = [power.replace("Hostname=", f'GPU_I_PROFILE="1g.5gb",GPU_I_ID="{gi}",Hostname=')
+             for gi in ("13", "14")]
+    body = "\n".join([ln for ln in lines if ln != power] + moved)
+    parent, *instances = parse(body, NOW, "c")[0]
+    assert parent.power_watts == pytest.approx(409.692)
+    assert [i.power_watts for i in instances] == [None, None]
+
+
+def test_blank_sentinel_real_file_is_never_a_value() -> None:
+    result = parse_detailed(read(BLANK), NOW, "c")
+    (s,) = result.samples
+    assert s.temperature_celsius is None and s.sm_clock_mhz == 139
+    # The same real line on a field we map: the blank becomes NULL, not a temperature.
+    as_gpu_temp = read(BLANK).replace("DCGM_FI_DEV_MEMORY_TEMP{", "DCGM_FI_DEV_GPU_TEMP{")
+    result = parse_detailed(as_gpu_temp, NOW, "c")
+    assert result.samples[0].temperature_celsius is None
+    assert result.stats.blank_values == 1 and result.rejects == []
+
+
+BLANKS = ["2147483632", "2147483633", "2147483634", "2147483635",  # int32 family
+          "9223372036854775792", "9223372036854775794", "9223372036854775795",  # int64
+          "140737488355328.0", "140737488355330.000000"]  # FP64 family
+
+
+@pytest.mark.parametrize("value", BLANKS)
+@pytest.mark.parametrize("metric", sorted(set(FIELDS) - {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}))
+def test_blank_family_is_null_on_every_field(metric: str, value: str) -> None:
+    body = f'{metric}{{gpu="0",UUID="GPU-1"}} {value}\n'
+    result = parse_detailed(body, NOW, "c")
+    (s,) = result.samples  # the GPU is still there, with the field NULL
+    assert result.rejects == [] and result.stats.blank_values == 1
+    assert all(value is None for value in s[GpuSample._fields.index("gpu_util_ratio"):
+                                             GpuSample._fields.index("xid") + 1])
+
+
+def test_energy_counter_blank_only_in_int64_family() -> None:
+    body = ('DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-1"} 2147483640\n'
+            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="1",UUID="GPU-2"} 9223372036854775794\n')
+    one, two = parse(body, NOW, "c")[0]
+    assert one.energy_millijoules == 2147483640  # a real reading: ~0.6 kWh, not a blank
+    assert two.energy_millijoules is None
+
+
+def test_catalogue_types_match_the_mapping() -> None:
+    def catalogue(name: str) -> dict[str, str]:
+        rows = (line.split(",") for line in read(name).splitlines()
+                if line.strip() and not line.startswith("#"))
+        return {row[0].strip(): row[1].strip() for row in rows}
+
+    default = catalogue("dcgm-exporter_default-counters.csv")
+    dcp = catalogue("dcgm-exporter_dcp-metrics-included.csv")
+    for metric, spec in FIELDS.items():
+        assert default.get(metric) == spec.prom_type, metric
+        assert dcp.get(metric) == spec.prom_type, metric
+    # ... and the real bodies' own "# TYPE" lines agree.
+    for name in FILES:
+        types = parse_detailed(read(name), NOW, "c").stats.types
+        for metric, kind in types.items():
+            if metric in FIELDS:
+                assert kind == FIELDS[metric].prom_type, (name, metric)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_parser_agrees_with_prometheus_client(name: str) -> None:
+    text = read(name)
+    ours = {(s.name, frozenset(s.labels.items()), s.value) for s in parse_text(text).samples}
+    names = {name for name, _, _ in ours}
+    theirs = set()
+    renamed = 0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            metric = s.name
+            if family.type == "counter" and metric == family.name + "_total" and (
+                    metric not in names):
+                metric = family.name  # prometheus_client renames counters; we do not
+                renamed += 1
+            # prometheus_client keeps integer text as int; we read every value as a float.
+            theirs.add((metric, frozenset(s.labels.items()), float(s.value)))
+    assert ours == theirs
+    assert renamed == sum(1 for ln in text.splitlines() if "TYPE" in ln and "counter" in ln)
+
+
+# --------------------------------------------------------------------------- label spellings
+
+LABEL_CASES = {
+    "current": ('UUID="GPU-a",Hostname="n1",pod="p",namespace="ns",container="c"',
+                ("GPU-a", "n1", "ns", "p", "c", "", "")),
+    "newest-hostname": ('UUID="GPU-a",hostname="n1",modelName="NVIDIA A10G"',
+                        ("GPU-a", "n1", "", "", "", "", "NVIDIA A10G")),
+    "use-old-namespace": ('uuid="GPU-a",Hostname="n1",pod_name="p",pod_namespace="ns",'
+                          'container_name="c"', ("GPU-a", "n1", "ns", "p", "c", "", "")),
+    "old-container": ('uuid="GPU-a",pod_name="p",pod_namespace="ns",pod_container_name="c"',
+                      ("GPU-a", "", "ns", "p", "c", "", "")),
+    "prometheus-relabelled": (
+        'UUID="GPU-a",Hostname="n1",exported_pod="p",exported_namespace="ns",'
+        'exported_container="c",pod="dcgm-exporter-x",namespace="gpu-operator",container="exp"',
+        ("GPU-a", "n1", "ns", "p", "c", "", "")),
+    "hpc-job": ('UUID="GPU-a",hpc_job="4242",model_name="NVIDIA A100-SXM4-80GB"',
+                ("GPU-a", "", "", "", "", "4242", "NVIDIA A100-SXM4-80GB")),
+    "spaces": (' UUID = "GPU-a" , Hostname="n1", ', ("GPU-a", "n1", "", "", "", "", "")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LABEL_CASES))
+def test_label_spellings(case: str) -> None:
+    labels, want = LABEL_CASES[case]
+    body = (f'DCGM_FI_DEV_GPU_UTIL{{gpu="3",{labels}}} 42\n'
+            f'DCGM_FI_DEV_FB_USED{{gpu="3",{labels}}} 10\n')
+    (s,), rejects = parse(body, NOW, "c")
+    assert rejects == []
+    got = (s.gpu_uuid, s.node, s.namespace, s.pod, s.container, s.job_id, s.gpu_model)
+    assert got == want
+    assert s.gpu_index == 3 and s.gpu_util_ratio == pytest.approx(0.42)
+
+
+def test_relabelled_body_ignores_plain_pod_of_the_exporter() -> None:
+    body = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",exported_pod="train",'
+            'exported_namespace="ml",pod="dcgm-exporter-x",namespace="gpu-operator"} 5\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b",pod="dcgm-exporter-x",'
+            'namespace="gpu-operator"} 0\n')
+    held, free = parse(body, NOW, "c")[0]
+    assert (held.namespace, held.pod) == ("ml", "train")
+    assert (free.namespace, free.pod) == ("", "")  # not the exporter's own pod
+
+
+def test_time_sliced_gpu_gives_one_sample() -> None:
+    body = "".join(f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-a",pod="{p}",namespace="ns"}} 30\n'
+                   for p in ("b-pod", "a-pod"))
+    result = parse_detailed(body, NOW, "c")
+    (s,) = result.samples
+    assert s.pod == "a-pod" and result.stats.shared_gpus == 1
+
+
+def test_exposition_timestamp_wins_over_now() -> None:
+    body = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 10 1700000000123\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b"} 10 99999999999999999\n')
+    (a, b), rejects = parse(body, NOW, "c")
+    assert a.ts == dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=dt.UTC)
+    assert b.ts == NOW and [r.field for r in rejects] == ["ts"]
+
+
+def test_naive_now_is_refused() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        parse("", dt.datetime(2025, 1, 1), "c")
+
+
+# --------------------------------------------------------------------------- hostile input
+
+
+def test_bad_lines_become_rejects_and_the_rest_survives() -> None:
+    huge = "x" * 1025
+    good = read("t4_rafay__cncf_k8s-ai-conformance.prom")
+    bad_lines = {
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-b"} 250': "gpu_util_ratio",
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-c"} -3': "gpu_util_ratio",
+        'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-b"} 1.5': "gr_engine_active_ratio",
+        'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-b"} NaN': "power_watts",
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-b"} +Inf': "temperature_celsius",
+        'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-b"} -Inf': "sm_clock_mhz",
+        'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-b"} -5': "energy_millijoules",
+        'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-b"} 99999999': "memory_used_bytes",
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-b",pod="{huge}"}} 5': "pod",
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-b" 5': "line",
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-b"} twelve': "value",
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-b",gpu="1"} 5': "gpu",
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 5': "gpu_uuid",
+        'DCGM_FI_DEV_GPU_UTIL{gpu="zero",UUID="GPU-d"} 5': "gpu_index",
+        'DCGM_FI_DEV_GPU_UTIL{gpu="٣",UUID="GPU-e"} 5': "gpu_index",
+        "<html><body>502 Bad Gateway</body></html>": "line",
+    }
+    odd_mig = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-b",GPU_I_ID="²",GPU_I_PROFILE="x"} 5\n'
+    body = good + "\n".join(bad_lines) + "\nSOME_OTHER_EXPORTER_METRIC 1\n" + odd_mig
+    result = parse_detailed(body, NOW, "c", "dcgm:http://n1:9400/metrics")
+    assert sorted(r.field for r in result.rejects) == sorted(bad_lines.values())
+    for r in result.rejects:
+        assert r.source == "dcgm:http://n1:9400/metrics" and r.kind == "gpu_sample"
+        assert r.reason and r.payload and len(r.payload) <= dcgm.MAX_PAYLOAD_CHARS + 3
+        assert len(r.value) <= dcgm.MAX_VALUE_CHARS + 3
+    huge_reject = next(r for r in result.rejects if r.field == "pod")
+    assert "1025 characters" in huge_reject.reason
+    # The real GPU is intact; GPU-b exists with its bad fields NULL, not dropped.
+    by_uuid = {s.gpu_uuid: s for s in result.samples if not s.mig_instance}
+    assert [s.mig_instance for s in result.samples if s.mig_instance] == ["²"]
+    t4 = by_uuid["GPU-d7cbb0cd-d4bd-c2f7-dfaf-221df5e958ea"]
+    assert t4.power_watts == pytest.approx(14.512) and t4.memory_total_bytes == 15359 * MIB
+    assert by_uuid["GPU-b"].power_watts is None and by_uuid["GPU-b"].gpu_util_ratio is None
+    assert "SOME_OTHER_EXPORTER_METRIC" in result.stats.unknown_metrics
+
+
+REAL_LINES = [ln for name in FILES for ln in read(name).splitlines()]
+
+
+@st.composite
+def hostile_bodies(draw: st.DrawFn) -> str:
+    lines = []
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(st.integers(0, 3))
+        if kind == 0:
+            lines.append(draw(st.text(max_size=80)))
+        else:
+            line = draw(st.sampled_from(REAL_LINES))
+            at = draw(st.integers(0, len(line)))
+            junk = draw(st.text(alphabet='{}",=\\ \t\n#e+-.0123456789NaIf_x', max_size=8))
+            cut = draw(st.integers(0, 6)) if kind == 3 else 0
+            lines.append(line[:at] + junk + line[at + cut:])
+    return "\n".join(lines)
+
+
+IDENT_LABELS = ["gpu", "UUID", "uuid", "GPU_I_ID", "GPU_I_PROFILE", "Hostname", "pod",
+                "exported_pod", "namespace", "modelName", "device", "hpc_job"]
+
+
+LABEL_VALUES = ["0", "1", "GPU-a", "GPU-b", "13", "²", "٣", "9" * 30, ""]  # ² and ٣: isdigit()
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@st.composite
+def labelled_bodies(draw: st.DrawFn) -> str:
+    """Well-formed lines of mapped metrics with arbitrary label values and values."""
+    lines = []
+    for _ in range(draw(st.integers(1, 12))):
+        label_value = st.one_of(st.text(max_size=10), st.sampled_from(LABEL_VALUES))
+        labels = draw(st.dictionaries(st.sampled_from(IDENT_LABELS), label_value, max_size=7))
+        value = draw(st.one_of(st.floats(), st.integers(-2**65, 2**65),
+                               st.sampled_from([*BLANKS, "NaN", "+Inf", "-Inf", "1e400"])))
+        text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+        lines.append(f"{draw(st.sampled_from(sorted(FIELDS)))}{{{text}}} {value}")
+    return "\n".join(lines)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(hostile_bodies(), labelled_bodies()))
+def test_fuzzed_bodies_never_raise_and_yield_valid_samples(body: str) -> None:
+    result = parse_detailed(body, NOW, "c")
+    for s in result.samples:
+        for field in ("gpu_util_ratio", "gr_engine_active_ratio", "mem_util_ratio"):
+            value = getattr(s, field)
+            assert value is None or 0.0 <= value <= 1.0
+        for field in ("memory_used_bytes", "energy_millijoules", "sm_clock_mhz", "xid"):
+            value = getattr(s, field)
+            assert value is None or (isinstance(value, int) and 0 <= value < 2**63)
+        assert s.power_watts is None or (math.isfinite(s.power_watts) and s.power_watts >= 0)
+        if s.memory_total_bytes is not None:
+            assert s.memory_total_bytes >= (s.memory_used_bytes or 0)
+        assert s.gpu_uuid and 0 <= s.gpu_index <= 0xFFFF
+    for r in result.rejects:
+        assert len(r.payload) <= dcgm.MAX_PAYLOAD_CHARS + 3
+    samples_frame(result.samples)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_random_text_never_raises(body: str) -> None:
+    parse_detailed(body, NOW, "c")
+
+
+def test_energy_counter_reset_is_kept_and_counted(stub: Stub) -> None:
+    readings = [1_000_000, 400, 900]
+    stub.routes["/m"] = lambda n: Reply(body=(
+        f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",UUID="GPU-a"}} {readings[n]}\n').encode())
+    with collector(stub.url("/m")) as c:
+        got = [c.collect(NOW).samples[0].energy_millijoules for _ in readings]
+    assert got == readings
+    assert c.stats[stub.url("/m")].counter_resets == 1
+
+
+def test_rejects_per_body_are_capped_and_the_rest_counted() -> None:
+    body = "<p>not an exporter</p>\n" * (dcgm.MAX_REJECTS + 500)
+    rejects = parse(body, NOW, "c")[1]
+    assert len(rejects) == dcgm.MAX_REJECTS and rejects[-1].value == "501"
+
+
+def test_long_line_is_rejected_without_parsing() -> None:
+    line = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",x="' + "}" * 70_000 + '"} 5'
+    result = parse_detailed(line, NOW, "c")
+    assert result.samples == [] and result.rejects[0].field == "line"
+    assert "over the" in result.rejects[0].reason
+
+
+# --------------------------------------------------------------------------- HTTP behaviour
+
+
+def test_retries_with_backoff_then_success(stub: Stub) -> None:
+    body = read("l4_kops__cncf_k8s-ai-conformance.prom").encode()
+    stub.routes["/flaky"] = lambda n: Reply(503) if n < 2 else Reply(body=body)
+    sleeps: list[float] = []
+    url = stub.url("/flaky")
+    with collector(url, retries=3, backoff_s=0.1, backoff_max_s=1.0, sleep=sleeps.append,
+                   rng=random.Random(7)) as c:
+        batch = c.collect(NOW)
+    assert len(batch.samples) == 1 and stub.hits["/flaky"] == 3
+    assert c.stats[url].retries == 2 and c.failures[url] == 0 and c.last_error[url] == ""
+    assert 0.05 <= sleeps[0] <= 0.1 and 0.1 <= sleeps[1] <= 0.2
+
+
+@pytest.mark.parametrize(("reply", "attempts", "error"), [
+    (Reply(503), 3, "HTTP 503"), (Reply(429), 3, "HTTP 429"), (Reply(404), 1, "HTTP 404"),
+    (Reply(body=b"# " + b"x" * (2 * MIB) + b"\n"), 1, "body over"),
+])
+def test_which_failures_are_retried(stub: Stub, reply: Reply, attempts: int, error: str) -> None:
+    stub.routes["/t"] = lambda n: reply
+    url = stub.url("/t")
+    with collector(url, retries=2, max_body_bytes=MIB) as c:
+        assert len(c.collect(NOW)) == 0
+    assert stub.hits["/t"] == attempts and c.stats[url].retries == attempts - 1
+    assert c.failures[url] == 1 and error in c.last_error[url]
+    assert (f"after {attempts} attempts" in c.last_error[url]) == (attempts > 1)
+
+
+@given(st.integers(0, 40), st.integers(0, 2**32))
+def test_backoff_is_exponential_capped_and_jittered(attempt: int, seed: int) -> None:
+    fetcher = TextFetcher(requests.Session(), backoff_s=0.2, backoff_max_s=2.0,
+                          rng=random.Random(seed))
+    ceiling = min(2.0, 0.2 * 2**attempt)
+    assert ceiling / 2 <= fetcher.backoff(attempt) <= ceiling
+    fetcher.session.close()
+
+
+def test_read_timeout(stub: Stub) -> None:
+    stub.routes["/slow"] = lambda n: Reply(body=b"x 1\n", delay_s=3.0)
+    url = stub.url("/slow")
+    start = time.monotonic()
+    with collector(url, timeout_s=(1.0, 0.3), retries=0) as c:
+        assert len(c.collect(NOW)) == 0
+    assert time.monotonic() - start < 2.0
+    assert "ReadTimeout" in c.last_error[url] and c.failures[url] == 1
+
+
+def test_trickling_server_hits_the_deadline(stub: Stub) -> None:
+    stub.routes["/drip"] = lambda n: Reply(body=b"#" * 200 + b"\n", trickle_s=0.05)
+    url = stub.url("/drip")
+    start = time.monotonic()
+    with collector(url, retries=0, deadline_s=0.4) as c:
+        c.collect(NOW)
+    assert time.monotonic() - start < 2.0
+    assert "not complete within" in c.last_error[url]
+
+
+def test_down_target_does_not_stop_the_others(stub: Stub, closed_port_url: str) -> None:
+    good = stub.serve("/t4", read("t4_rafay__cncf_k8s-ai-conformance.prom"))
+    with collector(closed_port_url, good, retries=1) as c:
+        first = c.collect(NOW)
+        second = c.collect(NOW)
+    assert len(first.samples) == len(second.samples) == 1
+    assert first.samples[0].source == f"dcgm:{good}"
+    down = c.stats[closed_port_url]
+    assert down.failures == 2 and down.consecutive_failures == 2 and down.retries == 2
+    assert "ConnectionError" in c.last_error[closed_port_url]
+    assert c.failures[good] == 0 and c.stats[good].last_success == NOW
+
+
+def test_slow_targets_scraped_in_parallel(stub: Stub) -> None:
+    body = read("l4_kops__cncf_k8s-ai-conformance.prom").encode()
+    for path in ("/a", "/b", "/c"):
+        stub.routes[path] = lambda n: Reply(body=body, delay_s=0.5)
+    start = time.monotonic()
+    with collector(stub.url("/a"), stub.url("/b"), stub.url("/c"), max_workers=3) as c:
+        batch = c.collect(NOW)
+    assert time.monotonic() - start < 1.2  # not 3 x 0.5 s
+    assert [s.source for s in batch.samples] == [f"dcgm:{stub.url(p)}" for p in ("/a", "/b", "/c")]
+
+
+def test_invalid_url_is_a_failure_not_a_crash() -> None:
+    with collector("not a url", retries=3) as c:
+        c.collect(NOW)
+    assert c.failures["not a url"] == 1 and c.stats["not a url"].retries == 0

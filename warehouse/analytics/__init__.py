@@ -1,0 +1,1 @@
+"""Analytics: the ledger and what explains it."""

@@ -74,6 +74,20 @@ def _parser() -> argparse.ArgumentParser:
                                 "2026-01-01T00:00:00+00:00")
         trace.add_argument("--cluster", help="cluster name to file the trace under")
 
+    led = sub.add_parser("ledger", parents=[common],
+                         help="GPU-hours, idle time and cost per tenant (or other grouping)")
+    led.add_argument("--from", dest="date_from", required=True, help="first day, YYYY-MM-DD (UTC)")
+    led.add_argument("--to", dest="date_to", required=True,
+                     help="last day, YYYY-MM-DD (UTC), included")
+    led.add_argument("--by", default="tenant", help="tenant|org|project|user|gpu_model|pool|"
+                     "node|queue|workload_type (default tenant)")
+    led.add_argument("--idle-policy", choices=("weighted", "even", "none"),
+                     help="how unallocated cost is shared (default: ledger.idle_policy)")
+    led.add_argument("--cluster", default="", help="one cluster (default: all)")
+    led.add_argument("--source", choices=("rollup", "raw"), default="rollup",
+                     help="utilisation from the 1-minute rollup (default) or raw samples")
+    led.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
     db = sub.add_parser("db", parents=[common], help="schema migrations")
     db.add_argument("action", choices=("migrate", "status"))
     return parser
@@ -265,7 +279,60 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"demo": cmd_demo, "import": cmd_import, "serve": cmd_serve, "sql": cmd_sql, "db": cmd_db}
+def _day(text: str, flag: str) -> dt.datetime:
+    try:
+        day = dt.date.fromisoformat(text)
+    except ValueError:
+        raise SettingsError(f"{flag} {text!r} is not a date: use YYYY-MM-DD") from None
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
+
+
+def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
+    from warehouse.analytics.ledger import LedgerError, compute_ledger
+
+    from .app import open_warehouse
+
+    start = _day(args.date_from, "--from")
+    end = _day(args.date_to, "--to") + dt.timedelta(days=1)
+    wh = open_warehouse(settings)
+    try:
+        result = compute_ledger(
+            wh, start, end, by=args.by, idle_policy=args.idle_policy or settings.ledger.idle_policy,
+            cluster=args.cluster, idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
+            idle_min_duration_s=settings.ledger.idle_min_duration_s, source=args.source,
+            currency=settings.ledger.currency)
+    except LedgerError as exc:
+        raise SettingsError(str(exc)) from None
+    doc = result.to_json()
+    doc["from"], doc["to"] = args.date_from, args.date_to
+    if args.format == "json":
+        print(json.dumps(doc, indent=1))
+        return 0
+    columns = ["key", "allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours",
+               "direct_cost", "shared_cost", "total_cost"]
+    rows = [[_fixed(r[c]) for c in columns] for r in doc["rows"]]
+    if args.format == "csv":
+        sys.stdout.write(format_rows([args.by, *columns[1:]], rows, "csv"))
+        return 0
+    sys.stdout.write(format_rows([args.by, *columns[1:]], rows, "table"))
+    t = doc["totals"]
+    print(f"\n{args.date_from} to {args.date_to} (UTC), {doc['currency']}, idle policy "
+          f"{doc['idle_policy']}")
+    for name in ("capacity_gpu_hours", "allocated_gpu_hours", "used_gpu_hours",
+                 "idle_gpu_hours", "unallocated_gpu_hours", "stranded_gpu_hours",
+                 "capacity_cost", "unshared_cost", "total_cost"):
+        print(f"  {name:<22} {_fixed(t[name]) if t[name] is not None else 'n/a'}")
+    if doc["conserved"] is not None:
+        print(f"  conservation: rows + unshared = capacity cost: "
+              f"{'holds' if doc['conserved'] else 'DOES NOT HOLD'}")
+    return 0
+
+
+def _fixed(value: Any) -> Any:
+    return f"{value:.3f}" if isinstance(value, float) else value
+
+
+COMMANDS = {"demo": cmd_demo, "ledger": cmd_ledger, "import": cmd_import, "serve": cmd_serve, "sql": cmd_sql, "db": cmd_db}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

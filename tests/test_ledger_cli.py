@@ -1,0 +1,46 @@
+"""`gpuledger ledger` as a user runs it, on a simulated cluster."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str],
+                        cli_env: dict[str, str]) -> None:
+    d = str(tmp_path / "d")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*gpuledger_cmd, *args, "--data-dir", d], env=cli_env,
+                              capture_output=True, text=True, timeout=300)
+
+    assert run("demo", "--days", "0.5", "--gpus", "8", "--no-serve").returncode == 0
+    today = dt.datetime.now(dt.UTC).date()
+    first, last = (today - dt.timedelta(days=1)).isoformat(), today.isoformat()
+    doc = json.loads(run("ledger", "--from", first, "--to", last, "--format", "json").stdout)
+    assert doc["from"] == first and doc["to"] == last and doc["currency"] == "USD"
+    assert doc["conserved"] is True
+    totals = doc["totals"]
+    assert totals["total_cost"] == totals["capacity_cost"]
+    assert sum(float(r["total_cost"]) for r in doc["rows"]) == pytest.approx(
+        float(totals["total_cost"]), abs=0.001)
+    assert 0 < totals["allocated_gpu_hours"] <= totals["capacity_gpu_hours"]
+    assert all(isinstance(r["direct_cost"], str) for r in doc["rows"])
+    none = json.loads(run("ledger", "--from", first, "--to", last, "--format", "json",
+                          "--idle-policy", "none", "--by", "gpu_model").stdout)
+    assert none["rows"][-1]["key"] == "__unallocated__"
+    table = run("ledger", "--from", first, "--to", last)
+    assert "conservation: rows + unshared = capacity cost: holds" in table.stdout
+    csv = run("ledger", "--from", first, "--to", last, "--format", "csv", "--by", "org").stdout
+    assert csv.splitlines()[0].startswith("org,allocated_gpu_hours")
+    bad = run("ledger", "--from", first, "--to", last, "--by", "team")
+    assert bad.returncode == 2 and "'team' is not one of tenant, org" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    empty = run("ledger", "--from", last, "--to", first)
+    assert empty.returncode == 2 and "window is empty" in empty.stderr

@@ -189,13 +189,16 @@ class Simulator:
     def _warm_up(self, origin_ms: int) -> Engine:
         """Simulate ``config.warmup`` before the origin silently; keep what is still live.
 
-        The first batch then carries the inventory as of the origin and the earlier events of
-        jobs still queued or running, as a real collector lists existing pods when it starts.
+        The first batch then carries the inventory (stamped at the warm-up's start) and the
+        earlier events of jobs still queued or running, as a real collector lists existing pods
+        when it starts.
         """
         engine = Engine(self.config, self.cluster, origin_ms)
         engine.advance(origin_ms)
         live = {(j.job_id, j.attempt) for j in (*engine.pending.values(), *engine.running.values())}
-        ts = to_datetime(origin_ms)
+        # The cluster existed through the warm-up: its inventory is stamped at the warm-up's
+        # start, so that the jobs still running at the origin started on known capacity.
+        ts = to_datetime(origin_ms - int(self.config.warmup.total_seconds() * 1000))
         self._initial = (
             [self.cluster.gpu_row(g, ts) for g in self.cluster.gpus],
             [self.cluster.node_row(n, ts) for n in self.cluster.nodes.values()],

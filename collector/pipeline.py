@@ -94,6 +94,7 @@ class HttpSink:
 class PipelineStats:
     batches_sent: int = 0
     rows_sent: int = 0
+    samples_collected: int = 0
     batches_spooled: int = 0
     send_failures: int = 0
     last_success: dt.datetime | None = None
@@ -126,6 +127,7 @@ class Pipeline:
                 continue
             for enrich in self.enrichers:
                 batch = enrich(batch)
+            self.stats.samples_collected += len(batch.samples)
             if len(batch):
                 out.append((batch, f"{self.node}:{source.name}:{now:%Y%m%dT%H%M%S}:"
                                    f"{uuid.uuid4().hex[:12]}"))

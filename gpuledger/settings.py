@@ -130,11 +130,50 @@ class ServerSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class AgentSettings:
+    #: A `gpuledger serve` URL to send batches to; empty: write to the warehouse directly.
+    server_url: str = ""
+    cluster: str = "default"
+    pool: str = ""
+    #: This node's name; empty: the host name.
+    node: str = ""
+    interval_s: float = 10.0
+    #: Comma-separated dcgm-exporter /metrics URLs to scrape besides (or instead of) NVML.
+    dcgm_targets: str = ""
+    nvml: bool = True
+    nvml_library: str = ""
+    proc_root: str = "/proc"
+    spool_dir: str = "./gpuledger-spool"
+    spool_max_bytes: int = 1 << 30
+    status_host: str = "0.0.0.0"
+    status_port: int = 9108
+
+    def validate(self) -> None:
+        if self.interval_s <= 0:
+            raise SettingsError(f"agent.interval_s {self.interval_s} must be positive")
+        if self.spool_max_bytes < 1 << 20:
+            raise SettingsError("agent.spool_max_bytes must be at least 1 MiB (1048576)")
+        if self.server_url and urlsplit(self.server_url).scheme not in ("http", "https"):
+            raise SettingsError(f"agent.server_url {self.server_url!r} must be an http(s) URL "
+                                "of a `gpuledger serve` process")
+        for target in self.targets:
+            if urlsplit(target).scheme not in ("http", "https"):
+                raise SettingsError(f"agent.dcgm_targets entry {target!r} is not an http(s) URL")
+        if not 0 <= self.status_port < 65536:
+            raise SettingsError(f"agent.status_port {self.status_port} is not a TCP port")
+
+    @property
+    def targets(self) -> list[str]:
+        return [t.strip() for t in self.dcgm_targets.split(",") if t.strip()]
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     warehouse: WarehouseSettings = WarehouseSettings()
     ledger: LedgerSettings = LedgerSettings()
     simulator: SimulatorSettings = SimulatorSettings()
     server: ServerSettings = ServerSettings()
+    agent: AgentSettings = AgentSettings()
 
     def validate(self) -> None:
         for field in dataclasses.fields(self):

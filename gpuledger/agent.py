@@ -1,0 +1,189 @@
+"""The node agent: NVML (and optionally a local dcgm-exporter) every interval, through the
+pipeline to the warehouse or a ``gpuledger serve`` process, spooling while either is away.
+
+The agent exposes its own health on ``/healthz`` and metrics on ``/metrics`` (spool depth,
+scrape failures per target, rows written, lag), so an existing monitoring system watches
+gpuledger itself.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from collector.pipeline import HttpSink, Pipeline, Sink, Source, WarehouseSink
+from collector.records import Batch
+from collector.spool import Spool
+
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class NvmlSource:
+    """The NVML collector as a pipeline source: samples every step, inventory on the first
+    step and every ``inventory_every`` steps after (GPUs come, go, and change health)."""
+
+    name = "nvml"
+
+    def __init__(self, collector: Any, inventory_every: int = 30):
+        self.collector = collector
+        self.inventory_every = inventory_every
+        self._steps = 0
+
+    def collect(self, now: dt.datetime) -> Batch:
+        poll = self.collector.collect(now)
+        gpus = self.collector.inventory(now) if self._steps % self.inventory_every == 0 else ()
+        self._steps += 1
+        return Batch(samples=tuple(poll.samples), gpus=tuple(gpus), rejects=tuple(poll.rejects))
+
+    def close(self) -> None:
+        self.collector.close()
+
+
+def node_name(settings: Settings) -> str:
+    return settings.agent.node or socket.gethostname()
+
+
+def build_sources(settings: Settings, *, nvml: bool, dcgm_targets: Sequence[str]
+                  ) -> list[Source]:
+    """The sources the settings ask for. A missing NVML library is one clear error here."""
+    a = settings.agent
+    sources: list[Source] = []
+    if nvml:
+        from collector.nvml import NvmlCollector, PynvmlBackend
+
+        backend = PynvmlBackend.open(a.nvml_library or None)
+        sources.append(NvmlSource(NvmlCollector(backend, cluster=a.cluster,
+                                                node=node_name(settings), pool=a.pool,
+                                                proc_root=a.proc_root)))
+    if dcgm_targets:
+        from collector.dcgm import DcgmCollector
+
+        sources.append(DcgmCollector(list(dcgm_targets), a.cluster))
+    return sources
+
+
+def build_sink(settings: Settings) -> tuple[Sink, Callable[[], None]]:
+    """The sink: a gpuledger server URL, or the warehouse itself. Returns (sink, close)."""
+    if settings.agent.server_url:
+        sink = HttpSink(settings.agent.server_url)
+        return sink, sink.close
+    from warehouse.ingest import Ingestor
+
+    from .app import open_warehouse
+
+    wh = open_warehouse(settings)
+    return WarehouseSink(Ingestor(wh, settings.warehouse.raw_retention_days)), wh.close
+
+
+class AgentMetrics(Collector):
+    """Reads the pipeline's and the sources' counters at scrape time."""
+
+    def __init__(self, pipeline: Pipeline):
+        self.pipeline = pipeline
+
+    def collect(self) -> Any:
+        p, stats = self.pipeline, self.pipeline.stats
+        yield GaugeMetricFamily("gpuledger_agent_spool_batches", "Batches waiting in the spool",
+                                value=p.spool.depth)
+        yield GaugeMetricFamily("gpuledger_agent_spool_bytes", "Bytes in the spool",
+                                value=p.spool.size_bytes)
+        yield CounterMetricFamily("gpuledger_agent_spool_dropped_batches",
+                                  "Batches refused because the spool was full",
+                                  value=p.spool.dropped_batches)
+        yield CounterMetricFamily("gpuledger_agent_rows_sent", "Rows delivered to the sink",
+                                  value=stats.rows_sent)
+        yield CounterMetricFamily("gpuledger_agent_send_failures",
+                                  "Deliveries that failed and were spooled",
+                                  value=stats.send_failures)
+        lag = GaugeMetricFamily("gpuledger_agent_lag_seconds",
+                                "Seconds since the sink last took a batch")
+        if stats.last_success is not None:
+            lag.add_metric([], (dt.datetime.now(dt.UTC) - stats.last_success).total_seconds())
+        yield lag
+        errors = CounterMetricFamily("gpuledger_agent_source_errors",
+                                     "Collection steps that raised, per source", labels=["source"])
+        for name, count in stats.source_errors.items():
+            errors.add_metric([name], count)
+        yield errors
+        failures = CounterMetricFamily("gpuledger_agent_scrape_failures",
+                                       "Failed scrapes per dcgm-exporter target",
+                                       labels=["target"])
+        for source in p.sources:
+            for target, count in getattr(source, "failures", {}).items():
+                failures.add_metric([target], count)
+        yield failures
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    registry: CollectorRegistry
+    healthy: Callable[[], tuple[bool, dict[str, Any]]]
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        if self.path == "/metrics":
+            body, ctype, code = generate_latest(self.registry), CONTENT_TYPE_LATEST, 200
+        elif self.path == "/healthz":
+            ok, detail = type(self).healthy()
+            body, ctype, code = json.dumps(detail).encode(), "application/json", 200 if ok else 503
+        else:
+            body, ctype, code = b"not found\n", "text/plain", 404
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug(format, *args)
+
+
+def serve_status(pipeline: Pipeline, interval_s: float, host: str, port: int
+                 ) -> http.server.ThreadingHTTPServer:
+    """Serve /metrics and /healthz in a thread; healthy while batches reach the sink."""
+    registry = CollectorRegistry()
+    registry.register(AgentMetrics(pipeline))
+
+    def healthy() -> tuple[bool, dict[str, Any]]:
+        last = pipeline.stats.last_success
+        age = (dt.datetime.now(dt.UTC) - last).total_seconds() if last else None
+        ok = pipeline.spool.depth == 0 or (age is not None and age < 3 * interval_s)
+        return ok, {"status": "ok" if ok else "unhealthy", "spool_batches": pipeline.spool.depth,
+                    "seconds_since_delivery": age}
+
+    handler = type("AgentHandler", (_Handler,), {"registry": registry,
+                                                 "healthy": staticmethod(healthy)})
+    server = http.server.ThreadingHTTPServer((host, port), handler)
+    threading.Thread(target=server.serve_forever, name="agent-status", daemon=True).start()
+    return server
+
+
+def run_agent(pipeline: Pipeline, interval_s: float, stop: threading.Event,
+              clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+    """Step the pipeline every ``interval_s`` until ``stop`` is set; then flush the spool."""
+    while not stop.is_set():
+        started = clock()
+        pipeline.step(started)
+        elapsed = (clock() - started).total_seconds()
+        stop.wait(max(0.0, interval_s - elapsed))
+    if not pipeline.flush():
+        log.warning("stopping with %d batch(es) still spooled in %s: they are sent on the "
+                    "next start", pipeline.spool.depth, pipeline.spool.directory)
+
+
+def make_pipeline(settings: Settings, sources: Sequence[Source], sink: Sink) -> Pipeline:
+    a = settings.agent
+    return Pipeline(sources, sink, Spool(a.spool_dir, a.spool_max_bytes),
+                    node=node_name(settings))
+

@@ -92,6 +92,41 @@ def bench_backfill(engine: Warehouse, days: float, gpus: int) -> dict[str, float
             "seconds": round(took, 2), "samples_per_s": round(samples / took)}
 
 
+def bench_end_to_end(engine: Warehouse, gpus: int, steps: int) -> dict[str, float]:
+    """dcgm-exporter body over HTTP → parse → pipeline → Ingestor → embedded warehouse."""
+    import http.server
+    import threading
+
+    from benchmarks.bench_dcgm import _Handler, synthetic_body
+    from collector.dcgm import DcgmCollector
+    from collector.pipeline import Pipeline, WarehouseSink
+    from collector.spool import Spool
+
+    database = "bench_e2e"
+    wh = Warehouse(engine.client, database, engine.dsn)
+    migrate(wh, RenderOptions(database=database))
+    handler = type("Handler", (_Handler,), {"body": synthetic_body(gpus, 50).encode()})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    with tempfile.TemporaryDirectory() as spool_dir, DcgmCollector([url], "bench") as dcgm:
+        pipe = Pipeline([dcgm], WarehouseSink(Ingestor(wh, 35)), Spool(spool_dir), node="b")
+        began = time.perf_counter()
+        for i in range(steps):
+            pipe.step(start + dt.timedelta(seconds=10 * i))
+        took = time.perf_counter() - began
+    server.shutdown()
+    server.server_close()
+    thread.join()
+    written = wh.rows(f"SELECT count() FROM {database}.gpu_samples")[0][0]
+    assert written == pipe.stats.samples_collected, (written, pipe.stats.samples_collected)
+    wh.command(f"DROP DATABASE {database} SYNC")
+    return {"gpus": gpus, "steps": steps, "samples": written, "seconds": round(took, 3),
+            "samples_per_s": round(written / took)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -106,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             results[f"ingest_batch_{batch_rows}"] = r
             print(f"ingest, batches of {batch_rows:>7,}: {r['rows_per_s']:>10,} rows/s "
                   f"({r['rows']:,} rows in {r['seconds']} s)", flush=True)
+        gpus_e2e, steps = (64, 5) if args.quick else (512, 30)
+        r = bench_end_to_end(engine, gpus_e2e, steps)
+        results["end_to_end"] = r
+        print(f"end to end (dcgm scrape of {gpus_e2e} GPUs -> parse -> pipeline -> embedded "
+              f"warehouse, {steps} steps): {r['samples_per_s']:,} samples/s", flush=True)
         days, gpus = (0.5, 16) if args.quick else (7, 64)
         r = bench_backfill(engine, days, gpus)
         results["backfill"] = {"days": days, "gpus": gpus, **r}
@@ -115,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         engine.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    from benchmarks import bench_dcgm, bench_kubernetes, bench_nvml
+
+    results["dcgm"] = bench_dcgm.run()
+    results["nvml"] = bench_nvml.run(polls=100 if args.quick else 500)
+    results["kubernetes"] = bench_kubernetes.run(1000 if args.quick else 5000)
     OUT.mkdir(exist_ok=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
     return 0

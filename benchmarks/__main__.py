@@ -27,34 +27,43 @@ from warehouse.migrate import RenderOptions, migrate
 OUT = Path(__file__).with_name("out")
 
 
-def synthetic_samples(rows: int, start: dt.datetime, gpus: int = 1024, seed: int = 0
-                      ) -> pl.DataFrame:
+def synthetic_samples(
+    rows: int, start: dt.datetime, gpus: int = 1024, seed: int = 0
+) -> pl.DataFrame:
     """``rows`` samples of ``gpus`` GPUs at 10 s, with realistic values and labels."""
     rng = np.random.default_rng(seed)
     idx = np.arange(rows)
     gpu = idx % gpus
     ts = np.datetime64(start.replace(tzinfo=None), "ms") + (idx // gpus) * 10_000
     util = rng.beta(0.6, 0.9, rows).astype(np.float32)
-    frame = pl.DataFrame({
-        "ts": pl.Series(ts).dt.replace_time_zone("UTC"),
-        "cluster": "bench",
-        "node": pl.Series([f"node-{g // 8:04d}" for g in gpu]),
-        "gpu_uuid": pl.Series([f"GPU-{g:08x}-0000-0000-0000-000000000000" for g in gpu]),
-        "gpu_index": pl.Series(gpu % 8, dtype=pl.UInt16),
-        "gpu_model": "NVIDIA H100 80GB HBM3",
-        "vendor": "nvidia", "mig_instance": "", "mig_profile": "",
-        "gpu_util_ratio": util, "gr_engine_active_ratio": util * 0.9, "mem_util_ratio": util / 2,
-        "memory_used_bytes": (util * 80e9).astype(np.uint64),
-        "memory_total_bytes": np.full(rows, 80 * 2**30, dtype=np.uint64),
-        "power_watts": (70 + util * 600).astype(np.float32),
-        "energy_millijoules": (idx * 1000).astype(np.uint64),
-        "temperature_celsius": (30 + util * 50).astype(np.float32),
-        "sm_clock_mhz": np.full(rows, 1980, dtype=np.uint32),
-        "xid": pl.Series([None] * rows, dtype=pl.UInt32),
-        "pod": pl.Series([f"train-{g // 8}-worker" for g in gpu]),
-        "namespace": "research", "container": "main",
-        "job_id": pl.Series([f"job-{g // 8}" for g in gpu]), "source": "bench",
-    })
+    frame = pl.DataFrame(
+        {
+            "ts": pl.Series(ts).dt.replace_time_zone("UTC"),
+            "cluster": "bench",
+            "node": pl.Series([f"node-{g // 8:04d}" for g in gpu]),
+            "gpu_uuid": pl.Series([f"GPU-{g:08x}-0000-0000-0000-000000000000" for g in gpu]),
+            "gpu_index": pl.Series(gpu % 8, dtype=pl.UInt16),
+            "gpu_model": "NVIDIA H100 80GB HBM3",
+            "vendor": "nvidia",
+            "mig_instance": "",
+            "mig_profile": "",
+            "gpu_util_ratio": util,
+            "gr_engine_active_ratio": util * 0.9,
+            "mem_util_ratio": util / 2,
+            "memory_used_bytes": (util * 80e9).astype(np.uint64),
+            "memory_total_bytes": np.full(rows, 80 * 2**30, dtype=np.uint64),
+            "power_watts": (70 + util * 600).astype(np.float32),
+            "energy_millijoules": (idx * 1000).astype(np.uint64),
+            "temperature_celsius": (30 + util * 50).astype(np.float32),
+            "sm_clock_mhz": np.full(rows, 1980, dtype=np.uint32),
+            "xid": pl.Series([None] * rows, dtype=pl.UInt32),
+            "pod": pl.Series([f"train-{g // 8}-worker" for g in gpu]),
+            "namespace": "research",
+            "container": "main",
+            "job_id": pl.Series([f"job-{g // 8}" for g in gpu]),
+            "source": "bench",
+        }
+    )
     return frame.cast(SAMPLE_SCHEMA)  # type: ignore[arg-type]
 
 
@@ -64,8 +73,10 @@ def bench_ingest(wh: Warehouse, batch_rows: int, batches: int) -> dict[str, floa
     migrate(wh, RenderOptions(database=database))
     now = dt.datetime.now(dt.UTC)
     ing = Ingestor(wh, 35)
-    frames = [synthetic_samples(batch_rows, now - dt.timedelta(days=2, seconds=-b * 3600), seed=b)
-              for b in range(batches)]
+    frames = [
+        synthetic_samples(batch_rows, now - dt.timedelta(days=2, seconds=-b * 3600), seed=b)
+        for b in range(batches)
+    ]
     started = time.perf_counter()
     for f in frames:
         ing.write_samples(f)
@@ -79,8 +90,10 @@ def bench_ingest(wh: Warehouse, batch_rows: int, batches: int) -> dict[str, floa
 def bench_backfill(engine: Warehouse, days: float, gpus: int) -> dict[str, float]:
     """Backfill a simulated cluster through the real demo path (simulate, validate, insert)."""
     database = "bench_backfill"
-    settings = load_settings(env={}, overrides={
-        "simulator": {"days": days, "gpus": gpus}, "warehouse": {"database": database}})
+    settings = load_settings(
+        env={},
+        overrides={"simulator": {"days": days, "gpus": gpus}, "warehouse": {"database": database}},
+    )
     wh = Warehouse(engine.client, database, engine.dsn)
     migrate(wh, RenderOptions(database=database))
     started = time.perf_counter()
@@ -88,8 +101,12 @@ def bench_backfill(engine: Warehouse, days: float, gpus: int) -> dict[str, float
     took = time.perf_counter() - started
     samples = run.result.written["gpu_samples"]
     wh.command(f"DROP DATABASE {database} SYNC")
-    return {"samples": samples, "rows": sum(run.result.written.values()),
-            "seconds": round(took, 2), "samples_per_s": round(samples / took)}
+    return {
+        "samples": samples,
+        "rows": sum(run.result.written.values()),
+        "seconds": round(took, 2),
+        "samples_per_s": round(samples / took),
+    }
 
 
 def bench_end_to_end(engine: Warehouse, gpus: int, steps: int) -> dict[str, float]:
@@ -123,8 +140,13 @@ def bench_end_to_end(engine: Warehouse, gpus: int, steps: int) -> dict[str, floa
     written = wh.rows(f"SELECT count() FROM {database}.gpu_samples")[0][0]
     assert written == pipe.stats.samples_collected, (written, pipe.stats.samples_collected)
     wh.command(f"DROP DATABASE {database} SYNC")
-    return {"gpus": gpus, "steps": steps, "samples": written, "seconds": round(took, 3),
-            "samples_per_s": round(written / took)}
+    return {
+        "gpus": gpus,
+        "steps": steps,
+        "samples": written,
+        "seconds": round(took, 3),
+        "samples_per_s": round(written / took),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,23 +157,34 @@ def main(argv: list[str] | None = None) -> int:
     engine = connect(f"chdb://{tmp}", "gpuledger")
     results: dict[str, object] = {"when": dt.datetime.now(dt.UTC).isoformat()}
     try:
-        for batch_rows, batches in ((10_000, 3 if args.quick else 30),
-                                    (100_000, 2 if args.quick else 10)):
+        for batch_rows, batches in (
+            (10_000, 3 if args.quick else 30),
+            (100_000, 2 if args.quick else 10),
+        ):
             r = bench_ingest(engine, batch_rows, batches)
             results[f"ingest_batch_{batch_rows}"] = r
-            print(f"ingest, batches of {batch_rows:>7,}: {r['rows_per_s']:>10,} rows/s "
-                  f"({r['rows']:,} rows in {r['seconds']} s)", flush=True)
+            print(
+                f"ingest, batches of {batch_rows:>7,}: {r['rows_per_s']:>10,} rows/s "
+                f"({r['rows']:,} rows in {r['seconds']} s)",
+                flush=True,
+            )
         gpus_e2e, steps = (64, 5) if args.quick else (512, 30)
         r = bench_end_to_end(engine, gpus_e2e, steps)
         results["end_to_end"] = r
-        print(f"end to end (dcgm scrape of {gpus_e2e} GPUs -> parse -> pipeline -> embedded "
-              f"warehouse, {steps} steps): {r['samples_per_s']:,} samples/s", flush=True)
+        print(
+            f"end to end (dcgm scrape of {gpus_e2e} GPUs -> parse -> pipeline -> embedded "
+            f"warehouse, {steps} steps): {r['samples_per_s']:,} samples/s",
+            flush=True,
+        )
         days, gpus = (0.5, 16) if args.quick else (7, 64)
         r = bench_backfill(engine, days, gpus)
         results["backfill"] = {"days": days, "gpus": gpus, **r}
-        print(f"backfill {days:g} days x {gpus} GPUs at 10 s: {r['seconds']} s "
-              f"({r['samples']:,} samples, {r['samples_per_s']:,} samples/s, "
-              f"{r['rows']:,} rows in all)", flush=True)
+        print(
+            f"backfill {days:g} days x {gpus} GPUs at 10 s: {r['seconds']} s "
+            f"({r['samples']:,} samples, {r['samples_per_s']:,} samples/s, "
+            f"{r['rows']:,} rows in all)",
+            flush=True,
+        )
     finally:
         engine.close()
         shutil.rmtree(tmp, ignore_errors=True)

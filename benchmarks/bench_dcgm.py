@@ -34,10 +34,19 @@ from collector.promtext import parse_text
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "dcgm"
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
-_MAPPED = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_MEM_COPY_UTIL",
-           "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
-           "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-           "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_XID_ERRORS"]
+_MAPPED = [
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_XID_ERRORS",
+]
 
 
 def synthetic_body(gpus: int = 8, metrics: int = 50) -> str:
@@ -45,19 +54,21 @@ def synthetic_body(gpus: int = 8, metrics: int = 50) -> str:
 
     Labels as the current exporter writes them on an EKS H100 node, pod labels on GPU 0.
     """
-    names = (_MAPPED + [f"DCGM_FI_PROF_EXTRA_{i}" for i in range(max(0, metrics - 11))])
+    names = _MAPPED + [f"DCGM_FI_PROF_EXTRA_{i}" for i in range(max(0, metrics - 11))]
     lines = []
     for name in names[:metrics]:
         kind = "counter" if name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" else "gauge"
         lines += [f"# HELP {name} Synthetic help text for {name}.", f"# TYPE {name} {kind}"]
         for g in range(gpus):
-            pod = (',container="main",namespace="team-a",pod="trainer-0",pod_uid=""'
-                   if g == 0 else "")
+            pod = (
+                ',container="main",namespace="team-a",pod="trainer-0",pod_uid=""' if g == 0 else ""
+            )
             lines.append(
                 f'{name}{{gpu="{g}",UUID="GPU-{g:08x}-69c4-b61d-e0bc-7b2460096005",'
                 f'pci_bus_id="00000000:{g + 0x53:02X}:00.0",device="nvidia{g}",'
                 f'modelName="NVIDIA H100 80GB HBM3",Hostname="ip-10-0-171-111.ec2.internal",'
-                f'DCGM_FI_DRIVER_VERSION="580.105.08"{pod}}} {(g * 7 + len(name)) % 100}')
+                f'DCGM_FI_DRIVER_VERSION="580.105.08"{pod}}} {(g * 7 + len(name)) % 100}'
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -94,8 +105,13 @@ def compare(texts: list[str]) -> dict[str, float]:
     ours = _rate(lambda: [parse_text(t) for t in texts], lines)
     theirs = _rate(lambda: [_prom_client(t) for t in texts], lines)
     mapped = _rate(lambda: [parse_detailed(t, NOW, "bench") for t in texts], lines)
-    return {"lines": lines, "ours": ours, "prom_client": theirs, "mapped": mapped,
-            "ratio": ours / theirs}
+    return {
+        "lines": lines,
+        "ours": ours,
+        "prom_client": theirs,
+        "mapped": mapped,
+        "ratio": ours / theirs,
+    }
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -142,13 +158,19 @@ def run() -> dict[str, float]:
     body400 = synthetic_body(8, 50)
     large = synthetic_body(100, 300)
     out: dict[str, float] = {}
-    cases = (("real", real), ("400", [body400]), ("large", [large]),
-             ("400_unique_labels", [unique_labels(body400)]))
+    cases = (
+        ("real", real),
+        ("400", [body400]),
+        ("large", [large]),
+        ("400_unique_labels", [unique_labels(body400)]),
+    )
     for label, texts in cases:
         got = compare(texts)
-        print(f"dcgm parse ({label}, {got['lines']:.0f} sample lines): ours "
-              f"{got['ours']:,.0f} lines/s, prometheus_client {got['prom_client']:,.0f} lines/s "
-              f"({got['ratio']:.1f}x); body -> GpuSample {got['mapped']:,.0f} lines/s")
+        print(
+            f"dcgm parse ({label}, {got['lines']:.0f} sample lines): ours "
+            f"{got['ours']:,.0f} lines/s, prometheus_client {got['prom_client']:,.0f} lines/s "
+            f"({got['ratio']:.1f}x); body -> GpuSample {got['mapped']:,.0f} lines/s"
+        )
         out[f"dcgm_parse_{label}_lines_per_s"] = round(got["ours"])
         out[f"prom_client_parse_{label}_lines_per_s"] = round(got["prom_client"])
         out[f"dcgm_parse_{label}_speedup"] = round(got["ratio"], 2)

@@ -49,17 +49,40 @@ def _histories(pods: int) -> list[dict[str, Any]]:
         p["metadata"].update(name=f"bench-{i}", uid=f"bench-uid-{i:06d}")
         states.append(copy.deepcopy(p))
         p["spec"]["nodeName"] = f"gpu-node-{i % 64:02d}"
-        p["status"]["conditions"] = [{"type": "PodScheduled", "status": "True",
-                                      "lastTransitionTime": "2025-03-03T10:01:00Z"}]
+        p["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-03-03T10:01:00Z"}
+        ]
         states.append(copy.deepcopy(p))
-        p["status"].update(phase="Running", containerStatuses=[
-            {"name": "pytorch", "ready": True, "restartCount": 0,
-             "state": {"running": {"startedAt": "2025-03-03T10:02:00Z"}}}])
+        p["status"].update(
+            phase="Running",
+            containerStatuses=[
+                {
+                    "name": "pytorch",
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": "2025-03-03T10:02:00Z"}},
+                }
+            ],
+        )
         states.append(copy.deepcopy(p))
-        p["status"].update(phase="Succeeded", containerStatuses=[
-            {"name": "pytorch", "ready": False, "restartCount": 0, "state": {"terminated": {
-                "exitCode": 0, "reason": "Completed", "startedAt": "2025-03-03T10:02:00Z",
-                "finishedAt": "2025-03-03T11:02:00Z"}}}])
+        p["status"].update(
+            phase="Succeeded",
+            containerStatuses=[
+                {
+                    "name": "pytorch",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "reason": "Completed",
+                            "startedAt": "2025-03-03T10:02:00Z",
+                            "finishedAt": "2025-03-03T11:02:00Z",
+                        }
+                    },
+                }
+            ],
+        )
         states.append(p)
     return states
 
@@ -80,8 +103,9 @@ def run(pods: int = 5000) -> dict[str, float]:
 
     with fake_api(kueue=False) as fake:
         api = k8s.ApiClient(k8s.Configuration(host=fake.url))
-        collector = KubernetesCollector(api, "bench", TenantMapper([TenantRule(
-            "namespace", "ml-vision", "ml/vision")]))
+        collector = KubernetesCollector(
+            api, "bench", TenantMapper([TenantRule("namespace", "ml-vision", "ml/vision")])
+        )
         stop = threading.Event()
         runner = threading.Thread(target=collector.run, args=(stop, sink), name="bench-k8s")
         runner.start()
@@ -99,10 +123,17 @@ def run(pods: int = 5000) -> dict[str, float]:
             runner.join()
             api.close()
     assert collector.stats.events == expected and received == expected
-    result = {"events": expected, "seconds": round(took, 3),
-              "events_per_s": round(expected / took), "encode_seconds": round(encoded - began, 3)}
-    print(f"kubernetes watch: {result['events_per_s']:>10,} events/s ({expected:,} pod events "
-          f"through the real client and collector in {result['seconds']} s)", flush=True)
+    result = {
+        "events": expected,
+        "seconds": round(took, 3),
+        "events_per_s": round(expected / took),
+        "encode_seconds": round(encoded - began, 3),
+    }
+    print(
+        f"kubernetes watch: {result['events_per_s']:>10,} events/s ({expected:,} pod events "
+        f"through the real client and collector in {result['seconds']} s)",
+        flush=True,
+    )
     return result
 
 

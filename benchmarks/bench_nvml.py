@@ -63,17 +63,30 @@ def _node(stub: ModuleType, gpus: int, proc: Path) -> Any:
     devices = []
     for i in range(gpus):
         pod_pid, job_pid = 10_000 + 2 * i, 10_001 + 2 * i
-        for pid, path in ((pod_pid, f"/kubepods/burstable/pod{uid}/{'a' * 64}"),
-                          (job_pid, f"/system.slice/slurmstepd.scope/job_{i}/step_0")):
+        for pid, path in (
+            (pod_pid, f"/kubepods/burstable/pod{uid}/{'a' * 64}"),
+            (job_pid, f"/system.slice/slurmstepd.scope/job_{i}/step_0"),
+        ):
             (proc / str(pid)).mkdir(parents=True)
             (proc / str(pid) / "cgroup").write_text(f"0::{path}\n")
-        devices.append(stub.StubDevice(
-            name=stub.H100, uuid=f"GPU-{i:08x}-0000-4000-8000-000000000000",
-            pci=f"00000000:{0x18 + i:02X}:00.0", serial=f"16549220{i:05d}", cc=(9, 0),
-            mem_total=80 * stub.GIB, mem_used=40 * stub.GIB, util=(90, 40), power_mw=650_000,
-            energy_mj=10**9, temp=65, sm_clock=1980,
-            procs=[(pod_pid, 20 * stub.GIB), (job_pid, 20 * stub.GIB)],
-            procutil=[(pod_pid, 50, 20), (job_pid, 40, 20)]))
+        devices.append(
+            stub.StubDevice(
+                name=stub.H100,
+                uuid=f"GPU-{i:08x}-0000-4000-8000-000000000000",
+                pci=f"00000000:{0x18 + i:02X}:00.0",
+                serial=f"16549220{i:05d}",
+                cc=(9, 0),
+                mem_total=80 * stub.GIB,
+                mem_used=40 * stub.GIB,
+                util=(90, 40),
+                power_mw=650_000,
+                energy_mj=10**9,
+                temp=65,
+                sm_clock=1980,
+                procs=[(pod_pid, 20 * stub.GIB), (job_pid, 20 * stub.GIB)],
+                procutil=[(pod_pid, 50, 20), (job_pid, 40, 20)],
+            )
+        )
     return stub.StubConfig(devices=devices)
 
 
@@ -88,21 +101,32 @@ def run(polls: int = 500, gpus: int = 8) -> dict[str, Any]:
         proc = Path(tmp) / "proc"
         config = _node(stub, gpus, proc).write(Path(tmp) / "nvml_stub.conf")
         env = {**os.environ, "NVML_STUB_CONFIG": str(config), "PYTHONPATH": str(ROOT)}
-        child = subprocess.run([sys.executable, "-c", _CHILD, str(library), str(proc),
-                                str(polls)], env=env, capture_output=True, text=True,
-                               timeout=600)
+        child = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(library), str(proc), str(polls)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     if child.returncode != 0:
         raise RuntimeError(f"the NVML poll benchmark failed:\n{child.stderr}")
     r = json.loads(child.stdout)
     per_poll_us = r["seconds"] / r["polls"] * 1e6
-    result = {"gpus": r["gpus"], "polls": r["polls"], "us_per_poll": round(per_poll_us, 1),
-              "us_per_gpu_poll": round(per_poll_us / r["gpus"], 1),
-              "inventory_ms": round(r["inventory_ms"], 2),
-              "processes_per_poll": r["processes"], "rejects": r["rejects"]}
-    print(f"nvml poll (stand-in library): {result['us_per_gpu_poll']:,} µs per GPU per poll "
-          f"({r['gpus']} GPUs, {r['processes']} processes, {r['polls']} polls, "
-          f"{result['us_per_poll']:,} µs per poll; inventory {result['inventory_ms']} ms)",
-          flush=True)
+    result = {
+        "gpus": r["gpus"],
+        "polls": r["polls"],
+        "us_per_poll": round(per_poll_us, 1),
+        "us_per_gpu_poll": round(per_poll_us / r["gpus"], 1),
+        "inventory_ms": round(r["inventory_ms"], 2),
+        "processes_per_poll": r["processes"],
+        "rejects": r["rejects"],
+    }
+    print(
+        f"nvml poll (stand-in library): {result['us_per_gpu_poll']:,} µs per GPU per poll "
+        f"({r['gpus']} GPUs, {r['processes']} processes, {r['polls']} polls, "
+        f"{result['us_per_poll']:,} µs per poll; inventory {result['inventory_ms']} ms)",
+        flush=True,
+    )
     return result
 
 

@@ -37,8 +37,10 @@ _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12
 # (systemd). Static (mirror) pods have a 32-hex config hash as their UID.
 _POD = re.compile(rf"^(?:[\w.-]*-)?pod({_UID}|[0-9a-f]{{32}})(?:\.slice)?$")
 # A container segment: the bare 64-hex id (cgroupfs), or "<runtime>-<id>.scope" (systemd).
-_CONTAINER = re.compile(r"^(?:(?:cri-containerd|containerd|docker|crio|cri-o)-)?([0-9a-f]{64})"
-                        r"(?:\.scope)?$")
+_CONTAINER = re.compile(
+    r"^(?:(?:cri-containerd|containerd|docker|crio|cri-o)-)?([0-9a-f]{64})"
+    r"(?:\.scope)?$"
+)
 _SLURM_JOB = re.compile(r"^job_(\d+)$")
 
 
@@ -77,8 +79,9 @@ def _kubernetes(path: str) -> CgroupOwner | None:
         container = ""
         if i + 1 < len(segments) and (match := _CONTAINER.match(segments[i + 1])):
             container = match.group(1)
-        return CgroupOwner(pod_uid=pod.group(1).replace("_", "-"), container_id=container,
-                           cgroup_path=path)
+        return CgroupOwner(
+            pod_uid=pod.group(1).replace("_", "-"), container_id=container, cgroup_path=path
+        )
     return None
 
 
@@ -113,8 +116,11 @@ def owner_of_pid(pid: int, proc: str | os.PathLike[str] = "/proc") -> CgroupOwne
     because processes come and go between NVML listing them and this read.
     """
     try:
-        with open(os.path.join(os.fspath(proc), str(int(pid)), "cgroup"), encoding="utf-8",
-                  errors="replace") as f:
+        with open(
+            os.path.join(os.fspath(proc), str(int(pid)), "cgroup"),
+            encoding="utf-8",
+            errors="replace",
+        ) as f:
             text = f.read()
     except OSError:
         return CgroupOwner()

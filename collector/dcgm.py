@@ -119,21 +119,26 @@ class _Field(NamedTuple):
 FIELDS: dict[str, _Field] = {
     "DCGM_FI_DEV_GPU_UTIL": _Field("gpu_util_ratio", "gauge", 0.01, 0, 100, False, False, "%"),
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": _Field(
-        "gr_engine_active_ratio", "gauge", 1.0, 0, 1, False, False, "ratio"),
+        "gr_engine_active_ratio", "gauge", 1.0, 0, 1, False, False, "ratio"
+    ),
     "DCGM_FI_DEV_MEM_COPY_UTIL": _Field("mem_util_ratio", "gauge", 0.01, 0, 100, False, False, "%"),
     "DCGM_FI_DEV_FB_USED": _Field("fb_used", "gauge", 1.0, 0, 1 << 24, True, False, "MiB"),
     "DCGM_FI_DEV_FB_FREE": _Field("fb_free", "gauge", 1.0, 0, 1 << 24, True, False, "MiB"),
     "DCGM_FI_DEV_FB_RESERVED": _Field("fb_reserved", "gauge", 1.0, 0, 1 << 24, True, False, "MiB"),
     "DCGM_FI_DEV_POWER_USAGE": _Field("power_watts", "gauge", 1.0, 0, 10_000, False, True, "W"),
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": _Field(
-        "energy_millijoules", "counter", 1.0, 0, INT64_BLANK - 1, True, True, "mJ"),
+        "energy_millijoules", "counter", 1.0, 0, INT64_BLANK - 1, True, True, "mJ"
+    ),
     "DCGM_FI_DEV_GPU_TEMP": _Field("temperature_celsius", "gauge", 1.0, -40, 200, False, True, "C"),
     "DCGM_FI_DEV_SM_CLOCK": _Field("sm_clock_mhz", "gauge", 1.0, 0, 100_000, True, True, "MHz"),
     "DCGM_FI_DEV_XID_ERRORS": _Field("xid", "gauge", 1.0, 0, (1 << 32) - 1, True, True, "xid"),
 }
 _DEVICE_KEYS = tuple(f.key for f in FIELDS.values() if f.device_level)
-_REJECT_FIELD = {"fb_used": "memory_used_bytes", "fb_free": "memory_total_bytes",
-                 "fb_reserved": "memory_total_bytes"}
+_REJECT_FIELD = {
+    "fb_used": "memory_used_bytes",
+    "fb_free": "memory_total_bytes",
+    "fb_reserved": "memory_total_bytes",
+}
 
 _EXPORTED = ("exported_pod", "exported_namespace", "exported_container")
 _POD = ("pod", "pod_name")
@@ -204,20 +209,24 @@ def _reject(source: str, field: str, value: object, reason: str, line: str) -> R
     return Reject(source, KIND, field, text, reason, payload)
 
 
-def _identify(labels: Mapping[str, str], relabelled: bool, default_node: str
-              ) -> _Ident | tuple[str, str, str]:
+def _identify(
+    labels: Mapping[str, str], relabelled: bool, default_node: str
+) -> _Ident | tuple[str, str, str]:
     """The sample identity a series' labels name, or (field, value, reason) when unusable."""
     uuid = labels.get("UUID") or labels.get("uuid") or ""
     if not uuid:
         return "gpu_uuid", "", "series has no UUID/uuid label"
     index_text = labels.get("gpu", "")
     if not index_text and labels.get("device", "").startswith("nvidia"):
-        index_text = labels["device"][len("nvidia"):]
+        index_text = labels["device"][len("nvidia") :]
     if not (index_text.isascii() and index_text.isdigit()) or int(index_text) > 0xFFFF:
         return "gpu_index", index_text, "gpu label is not a GPU index (0-65535)"
     if relabelled:
-        pod = (labels.get("exported_namespace", ""), labels.get("exported_pod", ""),
-               labels.get("exported_container", ""))
+        pod = (
+            labels.get("exported_namespace", ""),
+            labels.get("exported_pod", ""),
+            labels.get("exported_container", ""),
+        )
     else:
         pod = (_first(labels, _NAMESPACE), _first(labels, _POD), _first(labels, _CONTAINER))
     return _Ident(
@@ -273,8 +282,12 @@ def parse_detailed(
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC), e.g. datetime.now(datetime.UTC)")
     expo = parse_text(text, FIELDS)
-    stats = ParseStats(sample_lines=len(expo.samples), unknown_lines=expo.skipped,
-                       unknown_metrics=expo.skipped_names, types=expo.types)
+    stats = ParseStats(
+        sample_lines=len(expo.samples),
+        unknown_lines=expo.skipped,
+        unknown_metrics=expo.skipped_names,
+        types=expo.types,
+    )
     rejects = [_reject(source, e.part, e.value, e.reason, e.line) for e in expo.errors]
     distinct = {id(s.labels): s.labels for s in expo.samples}
     relabelled = any(name in labels for labels in distinct.values() for name in _EXPORTED)
@@ -294,21 +307,34 @@ def parse_detailed(
     samples = _assemble(groups, now, cluster, source, stats)
     if len(rejects) > MAX_REJECTS:  # e.g. a target that is not an exporter at all
         extra = len(rejects) - MAX_REJECTS + 1
-        rejects[MAX_REJECTS - 1:] = [Reject(
-            source, KIND, "line", str(extra),
-            f"{extra} more rejected lines in this body not kept (limit {MAX_REJECTS})")]
+        rejects[MAX_REJECTS - 1 :] = [
+            Reject(
+                source,
+                KIND,
+                "line",
+                str(extra),
+                f"{extra} more rejected lines in this body not kept (limit {MAX_REJECTS})",
+            )
+        ]
     return ParseResult(samples, rejects, stats)
 
 
-def _absorb(group: _Group, sample: PromSample, source: str, stats: ParseStats,
-            rejects: list[Reject]) -> None:
+def _absorb(
+    group: _Group, sample: PromSample, source: str, stats: ParseStats, rejects: list[Reject]
+) -> None:
     """Add one series' value (and timestamp) to its group."""
     if sample.timestamp_ms is not None and group.ts is None:
         group.ts = _to_datetime(sample.timestamp_ms)
         if group.ts is None:
-            rejects.append(_reject(source, "ts", sample.timestamp_ms,
-                                   "exposition timestamp out of range; scrape time used",
-                                   sample.line))
+            rejects.append(
+                _reject(
+                    source,
+                    "ts",
+                    sample.timestamp_ms,
+                    "exposition timestamp out of range; scrape time used",
+                    sample.line,
+                )
+            )
     spec = FIELDS[sample.name]
     if spec.key in group.values:
         return  # a repeat of this field for this GPU (one per pod on a shared GPU)
@@ -316,8 +342,11 @@ def _absorb(group: _Group, sample: PromSample, source: str, stats: ParseStats,
     if checked is None:
         stats.blank_values += 1
     elif isinstance(checked, str):
-        rejects.append(_reject(source, _REJECT_FIELD.get(spec.key, spec.key),
-                               sample.value, checked, sample.line))
+        rejects.append(
+            _reject(
+                source, _REJECT_FIELD.get(spec.key, spec.key), sample.value, checked, sample.line
+            )
+        )
     else:
         group.values[spec.key] = checked
 
@@ -326,22 +355,29 @@ def _instance_order(instance: str) -> tuple[int, int | str]:
     return (0, int(instance)) if instance.isascii() and instance.isdigit() else (1, instance)
 
 
-def _assemble(groups: dict[tuple[str, str], _Group], now: dt.datetime, cluster: str,
-              source: str, stats: ParseStats) -> list[GpuSample]:
+def _assemble(
+    groups: dict[tuple[str, str], _Group],
+    now: dt.datetime,
+    cluster: str,
+    source: str,
+    stats: ParseStats,
+) -> list[GpuSample]:
     """Turn merged groups into samples, applying the MIG device-level rule."""
     by_uuid: dict[str, list[_Group]] = {}
     for (uuid, _), group in groups.items():
         by_uuid.setdefault(uuid, []).append(group)
     out: list[GpuSample] = []
     for uuid, members in by_uuid.items():
-        members.sort(key=lambda g: _instance_order(g.ident.instance) if g.ident.instance
-                     else (-1, 0))
+        members.sort(
+            key=lambda g: _instance_order(g.ident.instance) if g.ident.instance else (-1, 0)
+        )
         instances = [g for g in members if g.ident.instance]
         if instances:
             parent = members[0]
             if parent.ident.instance:  # GPU-instance series only: synthesise the whole GPU
-                parent = _Group(instances[0].ident._replace(
-                    instance="", profile="", pod=("", "", ""), job=""))
+                parent = _Group(
+                    instances[0].ident._replace(instance="", profile="", pod=("", "", ""), job="")
+                )
                 parent.ts = instances[0].ts
                 members.insert(0, parent)
                 stats.synthesised_parents += 1
@@ -351,13 +387,20 @@ def _assemble(groups: dict[tuple[str, str], _Group], now: dt.datetime, cluster: 
                     if value is not None and key not in parent.values:
                         parent.values[key] = value
         out.extend(_sample(group, uuid, now, cluster, source, stats) for group in members)
-    out.sort(key=lambda s: (s.node, s.gpu_index, s.gpu_uuid,
-                            _instance_order(s.mig_instance) if s.mig_instance else (-1, 0)))
+    out.sort(
+        key=lambda s: (
+            s.node,
+            s.gpu_index,
+            s.gpu_uuid,
+            _instance_order(s.mig_instance) if s.mig_instance else (-1, 0),
+        )
+    )
     return out
 
 
-def _sample(group: _Group, uuid: str, now: dt.datetime, cluster: str, source: str,
-            stats: ParseStats) -> GpuSample:
+def _sample(
+    group: _Group, uuid: str, now: dt.datetime, cluster: str, source: str, stats: ParseStats
+) -> GpuSample:
     ident, values = group.ident, group.values
     pod = ("", "", "")
     if group.pods:
@@ -477,9 +520,17 @@ class DcgmCollector:
     ):
         self.targets = tuple(targets)
         self.cluster = cluster
-        self.fetcher = TextFetcher(session, timeout_s, retries, backoff_s=backoff_s,
-                                   backoff_max_s=backoff_max_s, deadline_s=deadline_s,
-                                   max_body_bytes=max_body_bytes, sleep=sleep, rng=rng)
+        self.fetcher = TextFetcher(
+            session,
+            timeout_s,
+            retries,
+            backoff_s=backoff_s,
+            backoff_max_s=backoff_max_s,
+            deadline_s=deadline_s,
+            max_body_bytes=max_body_bytes,
+            sleep=sleep,
+            rng=rng,
+        )
         self.max_workers = max(1, max_workers)
         self.stats: dict[str, TargetStats] = {t: TargetStats() for t in self.targets}
         self._last_energy: dict[tuple[str, str, str], int] = {}
@@ -497,8 +548,9 @@ class DcgmCollector:
     def collect(self, now: dt.datetime) -> Batch:
         """Scrape every target once; a target that is down adds nothing and is counted."""
         if self.max_workers > 1 and len(self.targets) > 1:
-            with ThreadPoolExecutor(min(self.max_workers, len(self.targets)),
-                                    thread_name_prefix="dcgm-scrape") as pool:
+            with ThreadPoolExecutor(
+                min(self.max_workers, len(self.targets)), thread_name_prefix="dcgm-scrape"
+            ) as pool:
                 results = list(pool.map(lambda t: self.scrape(t, now), self.targets))
         else:
             results = [self.scrape(t, now) for t in self.targets]
@@ -519,15 +571,17 @@ class DcgmCollector:
             stats.consecutive_failures += 1
             stats.last_error = str(exc)
             stats.last_duration_s = time.monotonic() - started
-            log.warning("dcgm target %s failed (%d in a row): %s", target,
-                        stats.consecutive_failures, exc)
+            log.warning(
+                "dcgm target %s failed (%d in a row): %s", target, stats.consecutive_failures, exc
+            )
             return [], []
         stats.retries += attempts - 1
         stats.last_duration_s = time.monotonic() - started
         stats.consecutive_failures = 0
         stats.last_success = now
-        result = parse_detailed(body, now, self.cluster, f"dcgm:{target}",
-                                default_node=urlsplit(target).hostname or "")
+        result = parse_detailed(
+            body, now, self.cluster, f"dcgm:{target}", default_node=urlsplit(target).hostname or ""
+        )
         stats.sample_lines += result.stats.sample_lines
         stats.unknown_lines += result.stats.unknown_lines
         stats.blank_values += result.stats.blank_values
@@ -535,8 +589,9 @@ class DcgmCollector:
         self._note_counter_resets(target, result.samples, stats)
         return result.samples, result.rejects
 
-    def _note_counter_resets(self, target: str, samples: Iterable[GpuSample],
-                             stats: TargetStats) -> None:
+    def _note_counter_resets(
+        self, target: str, samples: Iterable[GpuSample], stats: TargetStats
+    ) -> None:
         for s in samples:
             if s.energy_millijoules is None:
                 continue
@@ -544,9 +599,14 @@ class DcgmCollector:
             previous = self._last_energy.get(key)
             if previous is not None and s.energy_millijoules < previous:
                 stats.counter_resets += 1
-                log.info("dcgm %s: energy counter of %s went back from %d to %d mJ (driver "
-                         "reload?); kept as a counter reset", target, s.gpu_uuid, previous,
-                         s.energy_millijoules)
+                log.info(
+                    "dcgm %s: energy counter of %s went back from %d to %d mJ (driver "
+                    "reload?); kept as a counter reset",
+                    target,
+                    s.gpu_uuid,
+                    previous,
+                    s.energy_millijoules,
+                )
             self._last_energy[key] = s.energy_millijoules
 
     def close(self) -> None:

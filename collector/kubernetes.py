@@ -64,8 +64,15 @@ from .records import (
 )
 from .tenancy import TenantMapper
 
-__all__ = ["KubernetesCollector", "KubernetesError", "PodView", "mig_fraction", "parse_pod",
-           "parse_quantity", "workload_type"]
+__all__ = [
+    "KubernetesCollector",
+    "KubernetesError",
+    "PodView",
+    "mig_fraction",
+    "parse_pod",
+    "parse_quantity",
+    "workload_type",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,25 +85,59 @@ WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"  # set by Kueue on admitted pod 
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on a Workload: the UID of the job that owns it
 TYPE_LABEL = "gpuledger.io/workload-type"  # explicit override: training, inference, ...
 USER_KEYS = ("gpuledger.io/user",)
-POOL_LABELS = ("gpuledger.io/pool", "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
-               "kubernetes.azure.com/agentpool", "karpenter.sh/nodepool")
+POOL_LABELS = (
+    "gpuledger.io/pool",
+    "cloud.google.com/gke-nodepool",
+    "eks.amazonaws.com/nodegroup",
+    "kubernetes.azure.com/agentpool",
+    "karpenter.sh/nodepool",
+)
 GPU, SHARED, MIG = "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-"
 PRODUCT, COUNT = "nvidia.com/gpu.product", "nvidia.com/gpu.count"
 MEMORY_MIB, REPLICAS = "nvidia.com/gpu.memory", "nvidia.com/gpu.replicas"
 
-_TRAINING_KINDS = frozenset({"Job", "CronJob", "PyTorchJob", "TFJob", "MPIJob", "XGBoostJob",
-                             "PaddleJob", "JAXJob", "TrainJob", "RayJob", "JobSet"})
-_INFERENCE_KINDS = frozenset({"Deployment", "InferenceService", "RayService", "LeaderWorkerSet",
-                              "ServingRuntime"})
-_COMPONENTS = {"training": "training", "trainer": "training", "train": "training",
-               "inference": "inference", "predictor": "inference", "serving": "inference",
-               "server": "inference", "model-server": "inference", "notebook": "notebook",
-               "jupyter": "notebook", "jupyterlab": "notebook"}
+_TRAINING_KINDS = frozenset(
+    {
+        "Job",
+        "CronJob",
+        "PyTorchJob",
+        "TFJob",
+        "MPIJob",
+        "XGBoostJob",
+        "PaddleJob",
+        "JAXJob",
+        "TrainJob",
+        "RayJob",
+        "JobSet",
+    }
+)
+_INFERENCE_KINDS = frozenset(
+    {"Deployment", "InferenceService", "RayService", "LeaderWorkerSet", "ServingRuntime"}
+)
+_COMPONENTS = {
+    "training": "training",
+    "trainer": "training",
+    "train": "training",
+    "inference": "inference",
+    "predictor": "inference",
+    "serving": "inference",
+    "server": "inference",
+    "model-server": "inference",
+    "notebook": "notebook",
+    "jupyter": "notebook",
+    "jupyterlab": "notebook",
+}
 _QUANTITY = re.compile(
-    r"^([+-]?)(\d+\.?\d*|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
-_SCALE = {"": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-          **{s: Decimal(1000) ** (i + 1) for i, s in enumerate("kMGTPE")},
-          **{s + "i": Decimal(1024) ** (i + 1) for i, s in enumerate("KMGTPE")}}
+    r"^([+-]?)(\d+\.?\d*|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
+)
+_SCALE = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    **{s: Decimal(1000) ** (i + 1) for i, s in enumerate("kMGTPE")},
+    **{s + "i": Decimal(1024) ** (i + 1) for i, s in enumerate("KMGTPE")},
+}
 _MIG_PROFILE = re.compile(r"^(?:\d+c\.)?(\d+)g\.(\d+)gb(?:\+\w+)?$")
 _RECORD_KIND = {"pods": "job_event", "workloads": "job_event", "nodes": "node_inventory"}
 # Pods created this soon after their Workload's admission are the ones it started (their wait
@@ -165,8 +206,11 @@ def workload_type(labels: dict[str, str], owner_kind: str) -> str:
     ray = labels.get("ray.io/originated-from-crd", "")
     if ray in ("RayJob", "RayService"):
         return "training" if ray == "RayJob" else "inference"
-    if ("serving.kserve.io/inferenceservice" in labels or "leaderworkerset.sigs.k8s.io/name"
-            in labels or owner_kind in _INFERENCE_KINDS):
+    if (
+        "serving.kserve.io/inferenceservice" in labels
+        or "leaderworkerset.sigs.k8s.io/name" in labels
+        or owner_kind in _INFERENCE_KINDS
+    ):
         return "inference"
     if owner_kind in _TRAINING_KINDS or "training.kubeflow.org/job-name" in labels:
         return "training"
@@ -211,8 +255,9 @@ def _labels(meta: dict[str, Any], key: str = "labels") -> dict[str, str]:
 
 
 def _true(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
-    return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"),
-                None)
+    return next(
+        (c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None
+    )
 
 
 class PodView(NamedTuple):
@@ -264,7 +309,7 @@ def _container_gpus(container: dict[str, Any], path: str) -> dict[str, int]:
             raise _Bad(field, str(raw), "a GPU request must be a non-negative whole number")
         if name.startswith(MIG):
             try:
-                mig_fraction(name[len(MIG):])
+                mig_fraction(name[len(MIG) :])
             except ValueError as exc:
                 raise _Bad(field, name, str(exc)) from None
         out[name] = int(value)
@@ -307,7 +352,7 @@ def parse_pod(obj: Any, user_keys: Sequence[str] = USER_KEYS) -> PodView:
     priority = spec.get("priority") or 0
     if not isinstance(priority, int):
         raise _Bad("spec.priority", str(priority), "priority must be an integer")
-    mig = tuple(sorted((k[len(MIG):], n) for k, n in gpus.items() if k.startswith(MIG) and n))
+    mig = tuple(sorted((k[len(MIG) :], n) for k, n in gpus.items() if k.startswith(MIG) and n))
     product = str(_map(spec.get("nodeSelector"), "spec.nodeSelector").get(PRODUCT, ""))
     if mig and not gpus.get(GPU):
         product = f"{product}-MIG-{mig[0][0]}" if product else f"MIG-{mig[0][0]}"
@@ -323,33 +368,54 @@ def parse_pod(obj: Any, user_keys: Sequence[str] = USER_KEYS) -> PodView:
         state = _map(cs.get("state"), f"{path}.state")
         run = _map(state.get("running"), f"{path}.state.running")
         term = _map(state.get("terminated"), f"{path}.state.terminated")
-        before = _map(_map(cs.get("lastState"), f"{path}.lastState").get("terminated"),
-                      f"{path}.lastState.terminated")  # a restarted container's first run
+        before = _map(
+            _map(cs.get("lastState"), f"{path}.lastState").get("terminated"),
+            f"{path}.lastState.terminated",
+        )  # a restarted container's first run
         if group == "containerStatuses":
-            for field, part in (("state.running", run), ("state.terminated", term),
-                                ("lastState.terminated", before)):
-                if (ts := _time(part.get("startedAt"), f"{path}.{field}.startedAt")):
+            for field, part in (
+                ("state.running", run),
+                ("state.terminated", term),
+                ("lastState.terminated", before),
+            ):
+                if ts := _time(part.get("startedAt"), f"{path}.{field}.startedAt"):
                     starts.append(ts)
-        if (ts := _time(term.get("finishedAt"), f"{path}.state.terminated.finishedAt")):
+        if ts := _time(term.get("finishedAt"), f"{path}.state.terminated.finishedAt"):
             ends.append(ts)
         if term and term.get("exitCode") not in (0, None) and not failure:
             failure = _exit_reason(term)
     user = next((m[k] for k in user_keys for m in (labels, annotations) if m.get(k)), "")
     return PodView(
-        uid=uid, name=meta["name"], namespace=namespace, created=created, labels=labels,
-        owner_uid=str(owner.get("uid", "")), workload_name=annotations.get(WORKLOAD_ANNOTATION, ""),
-        node=str(spec.get("nodeName") or ""), priority=priority,
+        uid=uid,
+        name=meta["name"],
+        namespace=namespace,
+        created=created,
+        labels=labels,
+        owner_uid=str(owner.get("uid", "")),
+        workload_name=annotations.get(WORKLOAD_ANNOTATION, ""),
+        node=str(spec.get("nodeName") or ""),
+        priority=priority,
         priority_class=str(spec.get("priorityClassName") or ""),
-        queue=labels.get(QUEUE_LABEL, ""), user=user,
-        workload_type=workload_type(labels, str(owner.get("kind", ""))), gpu_model=product,
-        whole_gpus=gpus.get(GPU, 0), shared_gpus=gpus.get(SHARED, 0), mig=mig,
-        phase=str(status.get("phase") or ""), status_reason=str(status.get("reason") or ""),
-        gated=bool(spec.get("schedulingGates")), scheduled=scheduled is not None,
+        queue=labels.get(QUEUE_LABEL, ""),
+        user=user,
+        workload_type=workload_type(labels, str(owner.get("kind", ""))),
+        gpu_model=product,
+        whole_gpus=gpus.get(GPU, 0),
+        shared_gpus=gpus.get(SHARED, 0),
+        mig=mig,
+        phase=str(status.get("phase") or ""),
+        status_reason=str(status.get("reason") or ""),
+        gated=bool(spec.get("schedulingGates")),
+        scheduled=scheduled is not None,
         scheduled_at=_time((scheduled or {}).get("lastTransitionTime"), "status.conditions"),
-        running=running, started_at=min(starts, default=None), ended_at=max(ends, default=None),
+        running=running,
+        started_at=min(starts, default=None),
+        ended_at=max(ends, default=None),
         failure=str(status.get("reason") or "") or failure,
-        disruption=str((disruption or {}).get("reason") or ("DisruptionTarget" if disruption
-                                                           else "")))
+        disruption=str(
+            (disruption or {}).get("reason") or ("DisruptionTarget" if disruption else "")
+        ),
+    )
 
 
 class WorkloadView(NamedTuple):
@@ -385,15 +451,20 @@ def parse_workload(obj: Any) -> WorkloadView:
         eviction = (kind, f"kueue:{cond.get('reason') or 'Evicted'}", since)
     priority = spec.get("priority")
     return WorkloadView(
-        namespace=str(meta.get("namespace") or ""), name=meta["name"],
+        namespace=str(meta.get("namespace") or ""),
+        name=meta["name"],
         created=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
-        job_uids=tuple(u for u in uids if u), queue=str(spec.get("queueName") or ""),
-        cluster_queue=str(_map(status.get("admission"), "status.admission").get("clusterQueue")
-                          or ""),
+        job_uids=tuple(u for u in uids if u),
+        queue=str(spec.get("queueName") or ""),
+        cluster_queue=str(
+            _map(status.get("admission"), "status.admission").get("clusterQueue") or ""
+        ),
         priority=priority if isinstance(priority, int) else None,
-        priority_class=str(spec.get("priorityClassName") or ""), admitted=admitted is not None,
+        priority_class=str(spec.get("priorityClassName") or ""),
+        admitted=admitted is not None,
         admitted_at=_time((admitted or {}).get("lastTransitionTime"), "status.conditions"),
-        eviction=eviction)
+        eviction=eviction,
+    )
 
 
 class _NodeParse(NamedTuple):
@@ -413,8 +484,9 @@ def _int_label(labels: dict[str, str], key: str, problems: list[_Bad]) -> int | 
     return None
 
 
-def parse_node(obj: Any, cluster: str, ts: dt.datetime,
-               pool_labels: Sequence[str] = POOL_LABELS) -> _NodeParse:
+def parse_node(
+    obj: Any, cluster: str, ts: dt.datetime, pool_labels: Sequence[str] = POOL_LABELS
+) -> _NodeParse:
     """A node object as inventory; unreadable quantities become ``problems`` (and None)."""
     meta = _meta(obj, "node")
     labels = _labels(meta)
@@ -449,19 +521,32 @@ def parse_node(obj: Any, cluster: str, ts: dt.datetime,
     else:
         state, reason = "notready", str(ready.get("reason") or "NotReady")
     record = NodeInventory(
-        ts, cluster, next((labels[k] for k in pool_labels if labels.get(k)), ""), meta["name"],
-        labels.get(PRODUCT, ""), count, state=state, state_reason=reason,
-        cpu_milli=amount("cpu", 1000), memory_bytes=amount("memory", 1), source=SOURCE)
+        ts,
+        cluster,
+        next((labels[k] for k in pool_labels if labels.get(k)), ""),
+        meta["name"],
+        labels.get(PRODUCT, ""),
+        count,
+        state=state,
+        state_reason=reason,
+        cpu_milli=amount("cpu", 1000),
+        memory_bytes=amount("memory", 1),
+        source=SOURCE,
+    )
     return _NodeParse(record, replicas, _int_label(labels, MEMORY_MIB, problems), problems)
 
 
-def _steps(v: PodView, wl: WorkloadView | None, gate_lifted: bool, deleted: bool,
-           now: dt.datetime) -> list[tuple[str, str, dt.datetime, str]]:
+def _steps(
+    v: PodView, wl: WorkloadView | None, gate_lifted: bool, deleted: bool, now: dt.datetime
+) -> list[tuple[str, str, dt.datetime, str]]:
     """(step, event, ts, reason) of every lifecycle step the pod's state implies, in order."""
     started = v.running or v.started_at is not None
     submitted = v.created
-    if wl and wl.created and (wl.admitted_at is None
-                              or v.created - wl.admitted_at <= FIRST_PODS_WINDOW):
+    if (
+        wl
+        and wl.created
+        and (wl.admitted_at is None or v.created - wl.admitted_at <= FIRST_PODS_WINDOW)
+    ):
         submitted = min(submitted, wl.created)
     steps = [("submitted", "submitted", submitted, "")]
     if wl and wl.admitted:
@@ -475,8 +560,9 @@ def _steps(v: PodView, wl: WorkloadView | None, gate_lifted: bool, deleted: bool
     return [*steps, ("end", *end)] if end else steps
 
 
-def _ending(v: PodView, wl: WorkloadView | None, started: bool, deleted: bool,
-            now: dt.datetime) -> tuple[str, dt.datetime, str] | None:
+def _ending(
+    v: PodView, wl: WorkloadView | None, started: bool, deleted: bool, now: dt.datetime
+) -> tuple[str, dt.datetime, str] | None:
     """The terminal event, time and reason, or None while the pod is still alive."""
     if v.phase == "Succeeded":
         return "finished", v.ended_at or now, ""
@@ -496,8 +582,11 @@ def _ending(v: PodView, wl: WorkloadView | None, started: bool, deleted: bool,
 
 def _gpu_amount(v: PodView, replicas: int) -> tuple[float, float]:
     """(gpus_requested in GPU-equivalents, share of one GPU each unit holds)."""
-    parts = [(v.whole_gpus, 1.0), *((n, mig_fraction(p)) for p, n in v.mig),
-             (v.shared_gpus, 1.0 / max(replicas, 1))]
+    parts = [
+        (v.whole_gpus, 1.0),
+        *((n, mig_fraction(p)) for p, n in v.mig),
+        (v.shared_gpus, 1.0 / max(replicas, 1)),
+    ]
     return round(sum(n * f for n, f in parts), 6), next((f for n, f in parts if n), 1.0)
 
 
@@ -516,8 +605,11 @@ def _ident(kind: str, obj: Any) -> str:
         return ""
     if kind == "pods":
         return str(meta.get("uid") or "")
-    return str(meta.get("name") or "") if kind == "nodes" else (
-        f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    return (
+        str(meta.get("name") or "")
+        if kind == "nodes"
+        else (f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    )
 
 
 def _rv(obj: Any) -> str:
@@ -557,8 +649,12 @@ class _Out:
         return bool(self.nodes or self.gpus or self.events or self.rejects)
 
     def batch(self) -> Batch:
-        return Batch(gpus=tuple(self.gpus), nodes=tuple(self.nodes),
-                     job_events=tuple(self.events), rejects=tuple(self.rejects))
+        return Batch(
+            gpus=tuple(self.gpus),
+            nodes=tuple(self.nodes),
+            job_events=tuple(self.events),
+            rejects=tuple(self.rejects),
+        )
 
 
 class _Kind(NamedTuple):
@@ -602,13 +698,26 @@ class KubernetesCollector:
 
     name = "kubernetes"
 
-    def __init__(self, api_client: client.ApiClient, cluster: str, tenant_mapper: TenantMapper,
-                 *, user_keys: Sequence[str] = USER_KEYS, pool_labels: Sequence[str] = POOL_LABELS,
-                 gpu_pods_only: bool = True, kueue: bool = True, synthesize_gpus: bool = False,
-                 shared_gpu_replicas: int = 1, page_size: int = 500, watch_timeout_s: int = 300,
-                 request_timeout_s: float = 30.0, backoff_initial_s: float = 0.5,
-                 backoff_max_s: float = 30.0, kueue_recheck_s: float = 300.0,
-                 clock: Callable[[], dt.datetime] = _utcnow):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        cluster: str,
+        tenant_mapper: TenantMapper,
+        *,
+        user_keys: Sequence[str] = USER_KEYS,
+        pool_labels: Sequence[str] = POOL_LABELS,
+        gpu_pods_only: bool = True,
+        kueue: bool = True,
+        synthesize_gpus: bool = False,
+        shared_gpu_replicas: int = 1,
+        page_size: int = 500,
+        watch_timeout_s: int = 300,
+        request_timeout_s: float = 30.0,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        kueue_recheck_s: float = 300.0,
+        clock: Callable[[], dt.datetime] = _utcnow,
+    ):
         core = client.CoreV1Api(api_client)
         self._kinds = [_Kind("nodes", _raw(core.list_node))]
         if kueue:
@@ -647,10 +756,12 @@ class KubernetesCollector:
                     raise KubernetesError(
                         f"listing {kind.name} failed: HTTP {exc.status} {exc.reason}; check the "
                         "API server address and that the service account may list pods, nodes "
-                        "and kueue.x-k8s.io workloads") from exc
+                        "and kueue.x-k8s.io workloads"
+                    ) from exc
                 except Exception as exc:
-                    raise KubernetesError(f"listing {kind.name} failed: {exc}; is the API "
-                                          "server reachable?") from exc
+                    raise KubernetesError(
+                        f"listing {kind.name} failed: {exc}; is the API server reachable?"
+                    ) from exc
                 self._sync(kind.name, items, POLL_GAP_REASON, out)
         return out.batch()
 
@@ -668,9 +779,15 @@ class KubernetesCollector:
                     log.warning("listing %s failed (HTTP %s); will retry", kind.name, exc.status)
             except Exception as exc:
                 log.warning("listing %s failed (%s); will retry", kind.name, exc)
-        threads = [threading.Thread(target=self._reflect, args=(kind, stop_event, sink),
-                                    name=f"gpuledger-k8s-{kind.name}", daemon=True)
-                   for kind in self._kinds]
+        threads = [
+            threading.Thread(
+                target=self._reflect,
+                args=(kind, stop_event, sink),
+                name=f"gpuledger-k8s-{kind.name}",
+                daemon=True,
+            )
+            for kind in self._kinds
+        ]
         for thread in threads:
             thread.start()
         try:
@@ -696,8 +813,11 @@ class KubernetesCollector:
         items: list[Any] = []
         token = ""
         while True:
-            kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False,
-                                      "_request_timeout": self.request_timeout_s}
+            kwargs: dict[str, Any] = {
+                "limit": self.page_size,
+                "_preload_content": False,
+                "_request_timeout": self.request_timeout_s,
+            }
             if token:
                 kwargs["_continue"] = token
             resp = kind.call(**kwargs)
@@ -738,8 +858,11 @@ class KubernetesCollector:
                 failures += 1  # a stream that ends at once, empty: do not spin
             except ApiException as exc:
                 if exc.status == 410:  # relist now; back off only if it keeps happening
-                    log.info("%s: resourceVersion %s is gone (410); relisting", kind.name,
-                             self._rvs.get(kind.name))
+                    log.info(
+                        "%s: resourceVersion %s is gone (410); relisting",
+                        kind.name,
+                        self._rvs.get(kind.name),
+                    )
                     self.stats.relists_410 += 1
                     self._rvs[kind.name] = None
                     stop.wait(self._backoff(failures))
@@ -755,8 +878,12 @@ class KubernetesCollector:
                     break
                 failures += 1
                 self.stats.reconnects += 1
-                log.info("%s: watch interrupted (%s); resuming from %s", kind.name,
-                         type(exc).__name__, self._rvs.get(kind.name))
+                log.info(
+                    "%s: watch interrupted (%s); resuming from %s",
+                    kind.name,
+                    type(exc).__name__,
+                    self._rvs.get(kind.name),
+                )
             stop.wait(self._backoff(failures))
 
     def _backoff(self, failures: int) -> float:
@@ -769,10 +896,16 @@ class KubernetesCollector:
     def _watch(self, kind: _Kind, stop: threading.Event, sink: Callable[[Batch], None]) -> int:
         """Watch from the remembered resourceVersion until the stream ends; events applied."""
         w = self._watches[kind.name] = watch.Watch()
-        stream = w.stream(kind.call, resource_version=self._rvs.get(kind.name) or None,
-                          allow_watch_bookmarks=True, timeout_seconds=self.watch_timeout_s,
-                          _request_timeout=(self.request_timeout_s,
-                                            self.watch_timeout_s + self.request_timeout_s))
+        stream = w.stream(
+            kind.call,
+            resource_version=self._rvs.get(kind.name) or None,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout_s,
+            _request_timeout=(
+                self.request_timeout_s,
+                self.watch_timeout_s + self.request_timeout_s,
+            ),
+        )
         applied = 0
         try:
             for event in stream:
@@ -846,8 +979,16 @@ class KubernetesCollector:
         self._rejected[key] = bad.value
         self.stats.rejects += 1
         payload = json.dumps(obj, default=str, separators=(",", ":"))[:65536]
-        out.rejects.append(Reject(f"{SOURCE}:{self.cluster}/{kind}", _RECORD_KIND[kind],
-                                  bad.field, bad.value[:500], bad.reason, payload))
+        out.rejects.append(
+            Reject(
+                f"{SOURCE}:{self.cluster}/{kind}",
+                _RECORD_KIND[kind],
+                bad.field,
+                bad.value[:500],
+                bad.reason,
+                payload,
+            )
+        )
 
     def _on_pod(self, obj: Any, deleted: bool, out: _Out) -> None:
         v = parse_pod(obj, self.user_keys)
@@ -898,26 +1039,43 @@ class KubernetesCollector:
         if "end" not in t.done:
             t.done.add("end")
             event = "finished" if "started" in t.done else "cancelled"
-            out.events.append(self._job_event(t, self._workload_for(t.view), event,
-                                              self.clock(), reason))
+            out.events.append(
+                self._job_event(t, self._workload_for(t.view), event, self.clock(), reason)
+            )
         self._forget(uid)
 
-    def _job_event(self, t: _Track, wl: WorkloadView | None, event: str, ts: dt.datetime,
-                   reason: str) -> JobEvent:
+    def _job_event(
+        self, t: _Track, wl: WorkloadView | None, event: str, ts: dt.datetime, reason: str
+    ) -> JobEvent:
         v, node = t.view, self._nodes.get(t.view.node)
-        gpus, fraction = _gpu_amount(v, (node.replicas if node and node.replicas
-                                         else self.shared_gpu_replicas))
+        gpus, fraction = _gpu_amount(
+            v, (node.replicas if node and node.replicas else self.shared_gpu_replicas)
+        )
         org, project = TenantMapper.split(t.tenant)
         return JobEvent(
-            ts=ts, cluster=self.cluster, job_id=v.uid, event=event, name=v.name, tenant=t.tenant,
-            org=org, project=project, user=v.user, namespace=v.namespace,
-            pool=node.record.pool if node else "", queue=v.queue or (wl.queue if wl else ""),
+            ts=ts,
+            cluster=self.cluster,
+            job_id=v.uid,
+            event=event,
+            name=v.name,
+            tenant=t.tenant,
+            org=org,
+            project=project,
+            user=v.user,
+            namespace=v.namespace,
+            pool=node.record.pool if node else "",
+            queue=v.queue or (wl.queue if wl else ""),
             priority=v.priority or (wl.priority or 0 if wl else 0),
             priority_class=v.priority_class or (wl.priority_class if wl else ""),
-            workload_type=v.workload_type, gpu_model=v.gpu_model, gpus_requested=gpus,
-            gpu_fraction=fraction, node=v.node,
+            workload_type=v.workload_type,
+            gpu_model=v.gpu_model,
+            gpus_requested=gpus,
+            gpu_fraction=fraction,
+            node=v.node,
             started_at=t.started_at if event in TERMINAL_EVENTS else None,
-            reason=reason, source=SOURCE)
+            reason=reason,
+            source=SOURCE,
+        )
 
     def _set_workload(self, key: str, wl: WorkloadView | None, out: _Out) -> None:
         """Store (or drop) a Workload and re-derive the events of the pods it belongs to."""
@@ -941,8 +1099,11 @@ class KubernetesCollector:
             self._retire(name, old or parsed, "node deleted", out)
             return
         self._nodes[name] = parsed
-        if old is None or old.record._replace(ts=now) != parsed.record or (
-                old.memory_mib != parsed.memory_mib):
+        if (
+            old is None
+            or old.record._replace(ts=now) != parsed.record
+            or (old.memory_mib != parsed.memory_mib)
+        ):
             out.nodes.append(parsed.record)
             out.gpus.extend(self._gpus(parsed))
 
@@ -958,9 +1119,22 @@ class KubernetesCollector:
             return []
         r = p.record
         health = {"ready": "healthy", "down": "down", "retired": "retired"}.get(
-            r.state, "healthy" if r.state_reason == "cordoned" else "unhealthy")
+            r.state, "healthy" if r.state_reason == "cordoned" else "unhealthy"
+        )
         memory = p.memory_mib * 2**20 if p.memory_mib else None
-        return [GpuInventory(r.ts, r.cluster, r.pool, r.node, f"k8s:{r.node}/gpu{i}", i,
-                             r.gpu_model, memory_total_bytes=memory, health=health,
-                             health_reason=r.state_reason, source=SOURCE)
-                for i in range(r.gpu_count)]
+        return [
+            GpuInventory(
+                r.ts,
+                r.cluster,
+                r.pool,
+                r.node,
+                f"k8s:{r.node}/gpu{i}",
+                i,
+                r.gpu_model,
+                memory_total_bytes=memory,
+                health=health,
+                health_reason=r.state_reason,
+                source=SOURCE,
+            )
+            for i in range(r.gpu_count)
+        ]

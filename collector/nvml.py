@@ -31,10 +31,24 @@ from .cgroups import CgroupOwner, owner_of_pid
 from .records import Batch, GpuInventory, GpuSample, Reject
 
 __all__ = [
-    "GpuHealth", "GpuProcess", "MigDevice", "MigProfile", "NvmlBackend", "NvmlCallError",
-    "NvmlCollector", "NvmlError", "NvmlGpuLostError", "NvmlNotSupportedError", "NvmlPoll",
-    "NvmlUnavailableError", "ProcessInfo", "ProcessUtilization", "PynvmlBackend", "XidEvent",
-    "call_error", "mig_profile_name",
+    "GpuHealth",
+    "GpuProcess",
+    "MigDevice",
+    "MigProfile",
+    "NvmlBackend",
+    "NvmlCallError",
+    "NvmlCollector",
+    "NvmlError",
+    "NvmlGpuLostError",
+    "NvmlNotSupportedError",
+    "NvmlPoll",
+    "NvmlUnavailableError",
+    "ProcessInfo",
+    "ProcessUtilization",
+    "PynvmlBackend",
+    "XidEvent",
+    "call_error",
+    "mig_profile_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,17 +71,17 @@ class NvmlError(Exception):
 
 _START_ADVICE = {
     LIBRARY_NOT_FOUND: f"NVML library {LIBRARY} not found: install the NVIDIA driver (in "
-                       "a container, run it with the NVIDIA container toolkit or pass the "
-                       "mounted library's path), or run the dcgm collector instead",
+    "a container, run it with the NVIDIA container toolkit or pass the "
+    "mounted library's path), or run the dcgm collector instead",
     DRIVER_NOT_LOADED: "the NVIDIA kernel driver is not loaded: check `nvidia-smi` and "
-                       "`lsmod | grep nvidia` (modprobe nvidia), or run the dcgm "
-                       "collector instead",
+    "`lsmod | grep nvidia` (modprobe nvidia), or run the dcgm "
+    "collector instead",
     LIB_RM_VERSION_MISMATCH: "the NVML library and the loaded NVIDIA kernel driver are "
-                             "different versions (driver upgraded without a reboot?): "
-                             "reboot the node or reload the nvidia kernel modules",
+    "different versions (driver upgraded without a reboot?): "
+    "reboot the node or reload the nvidia kernel modules",
     NO_PERMISSION: "no permission to open the NVIDIA devices (/dev/nvidiactl, "
-                   "/dev/nvidia*): run the collector as a user or in a container that "
-                   "can see the GPUs",
+    "/dev/nvidia*): run the collector as a user or in a container that "
+    "can see the GPUs",
 }
 
 
@@ -79,8 +93,11 @@ class NvmlUnavailableError(NvmlError):
 
     def __init__(self, code: int, detail: str = ""):
         self.code = code
-        advice = _START_ADVICE.get(code, "NVML failed to start: check `nvidia-smi` on this "
-                                        "node, or run the dcgm collector instead")
+        advice = _START_ADVICE.get(
+            code,
+            "NVML failed to start: check `nvidia-smi` on this "
+            "node, or run the dcgm collector instead",
+        )
         super().__init__(f"{advice} (NVML: {detail})" if detail else advice)
 
 
@@ -268,8 +285,14 @@ class PynvmlBackend:
                     continue
                 raise
             attrs = self._call(pynvml.nvmlDeviceGetAttributes_v2, mig)
-            found.append(MigDevice(mig, int(self._call(pynvml.nvmlDeviceGetGpuInstanceId, mig)),
-                                   int(attrs.gpuInstanceSliceCount), int(attrs.memorySizeMB)))
+            found.append(
+                MigDevice(
+                    mig,
+                    int(self._call(pynvml.nvmlDeviceGetGpuInstanceId, mig)),
+                    int(attrs.gpuInstanceSliceCount),
+                    int(attrs.memorySizeMB),
+                )
+            )
         return found
 
     def gpu_instance_profiles(self, h: Handle) -> list[MigProfile]:
@@ -281,8 +304,11 @@ class PynvmlBackend:
                 if err.code in (NOT_SUPPORTED, 2):  # not offered here / invalid argument
                     continue
                 raise
-            profiles.append(MigProfile(int(info.id), _text(info.name), int(info.sliceCount),
-                                       int(info.memorySizeMB)))
+            profiles.append(
+                MigProfile(
+                    int(info.id), _text(info.name), int(info.sliceCount), int(info.memorySizeMB)
+                )
+            )
         return profiles
 
     def utilization(self, h: Handle) -> tuple[int, int]:
@@ -310,9 +336,14 @@ class PynvmlBackend:
             return int(self._call(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, h))
 
     def ecc_dbe_volatile(self, h: Handle) -> int:
-        return int(self._call(pynvml.nvmlDeviceGetTotalEccErrors, h,
-                              pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                              pynvml.NVML_VOLATILE_ECC))
+        return int(
+            self._call(
+                pynvml.nvmlDeviceGetTotalEccErrors,
+                h,
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            )
+        )
 
     def remapped_rows(self, h: Handle) -> tuple[int, int, bool, bool]:
         corr, unc, pending, failure = self._call(pynvml.nvmlDeviceGetRemappedRows, h)
@@ -325,8 +356,10 @@ class PynvmlBackend:
             if err.code != FUNCTION_NOT_FOUND:  # drivers before 510 have only _v2
                 raise
             procs = self._call(pynvml.nvmlDeviceGetComputeRunningProcesses_v2, h)
-        return [ProcessInfo(int(p.pid), None if p.usedGpuMemory is None
-                            else int(p.usedGpuMemory)) for p in procs]
+        return [
+            ProcessInfo(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
+            for p in procs
+        ]
 
     def process_utilization(self, h: Handle, since_us: int) -> list[ProcessUtilization]:
         try:
@@ -340,8 +373,9 @@ class PynvmlBackend:
     def watch_xid(self, h: Handle) -> None:
         if self._events is None:
             self._events = self._call(pynvml.nvmlEventSetCreate)
-        self._call(pynvml.nvmlDeviceRegisterEvents, h, pynvml.nvmlEventTypeXidCriticalError,
-                   self._events)
+        self._call(
+            pynvml.nvmlDeviceRegisterEvents, h, pynvml.nvmlEventTypeXidCriticalError, self._events
+        )
 
     def xid_events(self, limit: int = 1000) -> list[XidEvent]:
         events: list[XidEvent] = []
@@ -355,8 +389,11 @@ class PynvmlBackend:
             if data.eventType != pynvml.nvmlEventTypeXidCriticalError:
                 continue
             gi = int(data.gpuInstanceId)
-            events.append(XidEvent(self.uuid(data.device), None if gi == _NO_INSTANCE else gi,
-                                   int(data.eventData)))
+            events.append(
+                XidEvent(
+                    self.uuid(data.device), None if gi == _NO_INSTANCE else gi, int(data.eventData)
+                )
+            )
         return events
 
     def close(self) -> None:
@@ -469,8 +506,15 @@ class NvmlCollector:
     reports host PIDs, so the agent needs the host's PID view for owners to resolve).
     """
 
-    def __init__(self, backend: NvmlBackend, *, cluster: str, node: str, pool: str = "",
-                 proc_root: str | os.PathLike[str] = "/proc"):
+    def __init__(
+        self,
+        backend: NvmlBackend,
+        *,
+        cluster: str,
+        node: str,
+        pool: str = "",
+        proc_root: str | os.PathLike[str] = "/proc",
+    ):
         self.backend = backend
         self.cluster, self.node, self.pool = cluster, node, pool
         self.proc_root = proc_root
@@ -495,21 +539,28 @@ class NvmlCollector:
         except NvmlGpuLostError:
             raise
         except NvmlNotSupportedError as err:
-            self._log_once(logging.INFO, field, "unsupported", err,
-                           "is not available here, recorded as NULL")
+            self._log_once(
+                logging.INFO, field, "unsupported", err, "is not available here, recorded as NULL"
+            )
         except NvmlCallError as err:
-            self._log_once(logging.WARNING, field, str(err.code), err,
-                           "could not be read, recorded as NULL")
+            self._log_once(
+                logging.WARNING, field, str(err.code), err, "could not be read, recorded as NULL"
+            )
         return None
 
-    def _log_once(self, level: int, field: str, kind: str, err: NvmlCallError,
-                  what: str) -> None:
+    def _log_once(self, level: int, field: str, kind: str, err: NvmlCallError, what: str) -> None:
         key = (field, getattr(self, "driver_version", ""), kind)
         if key in self._logged:
             return
         self._logged.add(key)
-        log.log(level, "NVML %s %s (%s; driver %s; logged once per field and driver)",
-                field, what, err, key[1] or "unknown")
+        log.log(
+            level,
+            "NVML %s %s (%s; driver %s; logged once per field and driver)",
+            field,
+            what,
+            err,
+            key[1] or "unknown",
+        )
 
     # -- inventory ---------------------------------------------------------------------------
     def inventory(self, now: dt.datetime) -> list[GpuInventory]:
@@ -530,19 +581,34 @@ class NvmlCollector:
             if not dev.uuid:
                 continue  # lost before it was identified: collect() rejects it
             base = GpuInventory(
-                ts=now, cluster=self.cluster, pool=self.pool, node=self.node,
-                gpu_uuid=dev.uuid, gpu_index=dev.index, gpu_model=dev.name,
+                ts=now,
+                cluster=self.cluster,
+                pool=self.pool,
+                node=self.node,
+                gpu_uuid=dev.uuid,
+                gpu_index=dev.index,
+                gpu_model=dev.name,
                 memory_total_bytes=dev.memory_total_bytes,
-                health="unhealthy" if dev.lost else "healthy", health_reason=dev.lost,
-                driver_version=self.driver_version, cuda_version=self.cuda_version,
-                compute_capability=dev.compute_capability, pci_bus_id=dev.pci_bus_id,
-                serial=dev.serial, source=SOURCE)
+                health="unhealthy" if dev.lost else "healthy",
+                health_reason=dev.lost,
+                driver_version=self.driver_version,
+                cuda_version=self.cuda_version,
+                compute_capability=dev.compute_capability,
+                pci_bus_id=dev.pci_bus_id,
+                serial=dev.serial,
+                source=SOURCE,
+            )
             if dev.mig_remainder > 1e-9:
                 rows.append(base._replace(capacity_fraction=dev.mig_remainder))
-            rows += [base._replace(mig_instance=str(m.gi), mig_profile=m.profile,
-                                   capacity_fraction=m.fraction,
-                                   memory_total_bytes=m.memory_total_bytes)
-                     for m in dev.migs]
+            rows += [
+                base._replace(
+                    mig_instance=str(m.gi),
+                    mig_profile=m.profile,
+                    capacity_fraction=m.fraction,
+                    memory_total_bytes=m.memory_total_bytes,
+                )
+                for m in dev.migs
+            ]
         return rows
 
     def _discover(self) -> None:
@@ -593,9 +659,15 @@ class NvmlCollector:
         for mig in self._read("mig_instance", b.mig_devices, dev.handle) or []:
             memory = self._read("memory_total_bytes", b.memory, mig.handle)
             used += mig.slice_count
-            dev.migs.append(_Mig(mig.handle, mig.gpu_instance_id,
-                                 mig_profile_name(mig.slice_count, mig.memory_mib, profiles),
-                                 mig.slice_count / total, memory[1] if memory else None))
+            dev.migs.append(
+                _Mig(
+                    mig.handle,
+                    mig.gpu_instance_id,
+                    mig_profile_name(mig.slice_count, mig.memory_mib, profiles),
+                    mig.slice_count / total,
+                    memory[1] if memory else None,
+                )
+            )
         dev.migs.sort(key=lambda m: m.gi)
         dev.mig_remainder = max(0.0, (total - used) / total)
 
@@ -633,9 +705,16 @@ class NvmlCollector:
                 health.append(GpuHealth(now, dev.uuid, gpu_lost=True))
         return NvmlPoll(samples, processes, health, rejects)
 
-    def _sample(self, dev: _Device, now: dt.datetime, xids: Sequence[XidEvent],
-                owners: dict[int, CgroupOwner], samples: list[GpuSample],
-                processes: list[GpuProcess], health: list[GpuHealth]) -> None:
+    def _sample(
+        self,
+        dev: _Device,
+        now: dt.datetime,
+        xids: Sequence[XidEvent],
+        owners: dict[int, CgroupOwner],
+        samples: list[GpuSample],
+        processes: list[GpuProcess],
+        health: list[GpuHealth],
+    ) -> None:
         """Append one GPU's samples (parent and MIG instances), processes and health; all or
         nothing: a lost GPU raises before anything is appended."""
         b, h = self.backend, dev.handle
@@ -643,8 +722,12 @@ class NvmlCollector:
         memory = self._read("memory_used_bytes", b.memory, h)
         power = self._read("power_watts", b.power_mw, h)
         base = GpuSample(
-            ts=now, cluster=self.cluster, node=self.node, gpu_uuid=dev.uuid,
-            gpu_index=dev.index, gpu_model=dev.name,
+            ts=now,
+            cluster=self.cluster,
+            node=self.node,
+            gpu_uuid=dev.uuid,
+            gpu_index=dev.index,
+            gpu_model=dev.name,
             gpu_util_ratio=util[0] / 100 if util else None,
             mem_util_ratio=util[1] / 100 if util else None,
             memory_used_bytes=memory[0] if memory else None,
@@ -653,24 +736,34 @@ class NvmlCollector:
             energy_millijoules=self._read("energy_millijoules", b.energy_mj, h),
             temperature_celsius=self._read("temperature_celsius", b.temperature_c, h),
             sm_clock_mhz=self._read("sm_clock_mhz", b.sm_clock_mhz, h),
-            xid=_last_xid(xids, dev.uuid, None), source=SOURCE)
+            xid=_last_xid(xids, dev.uuid, None),
+            source=SOURCE,
+        )
         new_health = self._health(dev, now)
         # In MIG mode processes are listed per instance (the parent's list needs root).
-        procs = [] if dev.mig_mode else self._processes(dev, h, "", now, owners,
-                                                        with_util=True)
+        procs = [] if dev.mig_mode else self._processes(dev, h, "", now, owners, with_util=True)
         new_samples = [base._replace(job_id=_single_job(procs))]
         for m in dev.migs:
             mig_memory = self._read("memory_used_bytes", b.memory, m.handle)
             mig_procs = self._processes(dev, m.handle, str(m.gi), now, owners, with_util=False)
             procs += mig_procs
-            new_samples.append(GpuSample(
-                ts=now, cluster=self.cluster, node=self.node, gpu_uuid=dev.uuid,
-                gpu_index=dev.index, gpu_model=dev.name, mig_instance=str(m.gi),
-                mig_profile=m.profile,
-                memory_used_bytes=mig_memory[0] if mig_memory else None,
-                memory_total_bytes=mig_memory[1] if mig_memory else m.memory_total_bytes,
-                xid=_last_xid(xids, dev.uuid, m.gi), job_id=_single_job(mig_procs),
-                source=SOURCE))
+            new_samples.append(
+                GpuSample(
+                    ts=now,
+                    cluster=self.cluster,
+                    node=self.node,
+                    gpu_uuid=dev.uuid,
+                    gpu_index=dev.index,
+                    gpu_model=dev.name,
+                    mig_instance=str(m.gi),
+                    mig_profile=m.profile,
+                    memory_used_bytes=mig_memory[0] if mig_memory else None,
+                    memory_total_bytes=mig_memory[1] if mig_memory else m.memory_total_bytes,
+                    xid=_last_xid(xids, dev.uuid, m.gi),
+                    job_id=_single_job(mig_procs),
+                    source=SOURCE,
+                )
+            )
         samples += new_samples
         processes += procs
         health.append(new_health)
@@ -679,15 +772,27 @@ class NvmlCollector:
         b, h = self.backend, dev.handle
         remapped = self._read("remapped_rows", b.remapped_rows, h)
         corr, unc, pending, failure = remapped if remapped else (None, None, None, None)
-        return GpuHealth(now, dev.uuid,
-                         clock_event_reasons=self._read("clock_event_reasons",
-                                                        b.clock_event_reasons, h),
-                         ecc_dbe_volatile=self._read("ecc_dbe_volatile", b.ecc_dbe_volatile, h),
-                         remapped_rows_correctable=corr, remapped_rows_uncorrectable=unc,
-                         remapped_rows_pending=pending, remapped_rows_failure=failure)
+        return GpuHealth(
+            now,
+            dev.uuid,
+            clock_event_reasons=self._read("clock_event_reasons", b.clock_event_reasons, h),
+            ecc_dbe_volatile=self._read("ecc_dbe_volatile", b.ecc_dbe_volatile, h),
+            remapped_rows_correctable=corr,
+            remapped_rows_uncorrectable=unc,
+            remapped_rows_pending=pending,
+            remapped_rows_failure=failure,
+        )
 
-    def _processes(self, dev: _Device, h: Handle, mig: str, now: dt.datetime,
-                   owners: dict[int, CgroupOwner], *, with_util: bool) -> list[GpuProcess]:
+    def _processes(
+        self,
+        dev: _Device,
+        h: Handle,
+        mig: str,
+        now: dt.datetime,
+        owners: dict[int, CgroupOwner],
+        *,
+        with_util: bool,
+    ) -> list[GpuProcess]:
         """The compute processes on ``h`` with their owners and (whole GPUs) SM shares."""
         found = self._read("processes", self.backend.compute_processes, h) or []
         if not found:
@@ -698,16 +803,27 @@ class NvmlCollector:
             if p.pid not in owners:
                 owners[p.pid] = owner_of_pid(p.pid, self.proc_root)
             owner = owners[p.pid]
-            out.append(GpuProcess(now, dev.uuid, mig, p.pid, p.used_memory_bytes,
-                                  sm.get(p.pid), owner.pod_uid, owner.container_id,
-                                  owner.slurm_job_id))
+            out.append(
+                GpuProcess(
+                    now,
+                    dev.uuid,
+                    mig,
+                    p.pid,
+                    p.used_memory_bytes,
+                    sm.get(p.pid),
+                    owner.pod_uid,
+                    owner.container_id,
+                    owner.slurm_job_id,
+                )
+            )
         return out
 
     def _sm_shares(self, dev: _Device, h: Handle) -> dict[int, float]:
         """Mean SM utilisation (ratio) per PID over the samples since the last poll."""
         since = self._proc_util_since.get(dev.uuid, 0)
-        found = self._read("process_sm_util_ratio", self.backend.process_utilization, h,
-                           since) or []
+        found = (
+            self._read("process_sm_util_ratio", self.backend.process_utilization, h, since) or []
+        )
         per_pid: dict[int, list[int]] = {}
         for s in found:
             per_pid.setdefault(s.pid, []).append(s.sm_util_percent)
@@ -716,11 +832,20 @@ class NvmlCollector:
         return {pid: min(1.0, sum(v) / len(v) / 100) for pid, v in per_pid.items()}
 
     def _lost_reject(self, dev: _Device) -> Reject:
-        payload = {"gpu_index": dev.index, "gpu_uuid": dev.uuid, "gpu_model": dev.name,
-                   "pci_bus_id": dev.pci_bus_id}
-        return Reject(source=f"{SOURCE}:{self.node}", kind="gpu_sample", field="gpu_uuid",
-                      value=dev.uuid or f"index {dev.index}", reason=dev.lost,
-                      payload=json.dumps(payload))
+        payload = {
+            "gpu_index": dev.index,
+            "gpu_uuid": dev.uuid,
+            "gpu_model": dev.name,
+            "pci_bus_id": dev.pci_bus_id,
+        }
+        return Reject(
+            source=f"{SOURCE}:{self.node}",
+            kind="gpu_sample",
+            field="gpu_uuid",
+            value=dev.uuid or f"index {dev.index}",
+            reason=dev.lost,
+            payload=json.dumps(payload),
+        )
 
     def close(self) -> None:
         """Release NVML (the backend)."""
@@ -736,8 +861,10 @@ class NvmlCollector:
 def _lost_reason(err: NvmlCallError) -> str:
     if not isinstance(err, NvmlGpuLostError):
         return f"NVML cannot reach the GPU ({err}): check `nvidia-smi` on this node"
-    return (f"GPU is lost ({err}): it fell off the bus or stopped responding; check dmesg "
-            "for Xid 79, then reset the GPU or reboot the node")
+    return (
+        f"GPU is lost ({err}): it fell off the bus or stopped responding; check dmesg "
+        "for Xid 79, then reset the GPU or reboot the node"
+    )
 
 
 def _check_aware(now: dt.datetime) -> None:

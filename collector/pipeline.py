@@ -64,8 +64,13 @@ class WarehouseSink:
 class HttpSink:
     """Posts batches to a ``gpuledger serve`` process's ``/api/v1/ingest`` endpoint."""
 
-    def __init__(self, url: str, session: requests.Session | None = None,
-                 timeout_s: float = 30.0, token: str = ""):
+    def __init__(
+        self,
+        url: str,
+        session: requests.Session | None = None,
+        timeout_s: float = 30.0,
+        token: str = "",
+    ):
         self.url = url.rstrip("/") + "/api/v1/ingest"
         self.session = session or requests.Session()
         self.timeout_s = timeout_s
@@ -76,15 +81,17 @@ class HttpSink:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         try:
-            reply = self.session.post(self.url, data=dump_batch(batch), headers=headers,
-                                      timeout=self.timeout_s)
+            reply = self.session.post(
+                self.url, data=dump_batch(batch), headers=headers, timeout=self.timeout_s
+            )
         except requests.RequestException as exc:
             raise SinkUnavailable(f"{self.url}: {exc}") from exc
         if reply.status_code >= 500 or reply.status_code in (408, 429):
             raise SinkUnavailable(f"{self.url}: HTTP {reply.status_code}")
         if reply.status_code >= 400:
-            raise SinkRejected(f"{self.url} rejected batch {batch_id}: HTTP {reply.status_code} "
-                             f"{reply.text[:300]}")
+            raise SinkRejected(
+                f"{self.url} rejected batch {batch_id}: HTTP {reply.status_code} {reply.text[:300]}"
+            )
 
     def close(self) -> None:
         self.session.close()
@@ -104,8 +111,14 @@ class PipelineStats:
 class Pipeline:
     """Runs ``sources`` → ``enrichers`` → ``sink``, spooling while the sink is down."""
 
-    def __init__(self, sources: Sequence[Source], sink: Sink, spool: Spool,
-                 enrichers: Sequence[Enricher] = (), node: str = ""):
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        sink: Sink,
+        spool: Spool,
+        enrichers: Sequence[Enricher] = (),
+        node: str = "",
+    ):
         self.sources = list(sources)
         self.sink = sink
         self.spool = spool
@@ -122,15 +135,20 @@ class Pipeline:
                 batch = source.collect(now)
             except Exception as exc:  # a source bug must not stop the other sources
                 self.stats.source_errors[source.name] = (
-                    self.stats.source_errors.get(source.name, 0) + 1)
+                    self.stats.source_errors.get(source.name, 0) + 1
+                )
                 log.error("source %s failed: %s", source.name, exc)
                 continue
             for enrich in self.enrichers:
                 batch = enrich(batch)
             self.stats.samples_collected += len(batch.samples)
             if len(batch):
-                out.append((batch, f"{self.node}:{source.name}:{now:%Y%m%dT%H%M%S}:"
-                                   f"{uuid.uuid4().hex[:12]}"))
+                out.append(
+                    (
+                        batch,
+                        f"{self.node}:{source.name}:{now:%Y%m%dT%H%M%S}:{uuid.uuid4().hex[:12]}",
+                    )
+                )
         return out
 
     def step(self, now: dt.datetime) -> None:

@@ -112,8 +112,12 @@ def _parse_labels(text: str, max_label_chars: int) -> tuple[dict[str, str] | Non
     labels: dict[str, str] = {}
     for name, raw in _LABEL.findall(text):
         if len(raw) > max_label_chars:
-            return (None, name, raw[:64] + "...",
-                    f"label value is {len(raw)} characters, over the {max_label_chars} limit")
+            return (
+                None,
+                name,
+                raw[:64] + "...",
+                f"label value is {len(raw)} characters, over the {max_label_chars} limit",
+            )
         if name in labels:
             return None, name, raw, "duplicate label name"
         labels[name] = _unescape(raw) if "\\" in raw else raw
@@ -157,9 +161,15 @@ def parse_text(
         if not line or line.isspace():
             continue
         if len(line) > max_line_chars:
-            errors.append(LineError(lineno, "line", line[:64] + "...",
-                                    f"line is {len(line)} characters, over the "
-                                    f"{max_line_chars} limit", line))
+            errors.append(
+                LineError(
+                    lineno,
+                    "line",
+                    line[:64] + "...",
+                    f"line is {len(line)} characters, over the {max_line_chars} limit",
+                    line,
+                )
+            )
             continue
         if line.lstrip().startswith("#"):
             m = _TYPE.fullmatch(line.strip())
@@ -182,8 +192,11 @@ def parse_text(
         timestamp: int | None = None
         if ts_text is not None:
             if _TIMESTAMP.fullmatch(ts_text) is None:
-                errors.append(LineError(lineno, "timestamp", ts_text,
-                                        "not an integer millisecond timestamp", line))
+                errors.append(
+                    LineError(
+                        lineno, "timestamp", ts_text, "not an integer millisecond timestamp", line
+                    )
+                )
                 continue
             timestamp = int(ts_text)
         if label_text is None or not label_text.strip():
@@ -217,9 +230,12 @@ class ScrapeError(Exception):
 
 _RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 _FATAL_REQUEST_ERRORS = (
-    requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
-    requests.exceptions.InvalidSchema, requests.exceptions.URLRequired,
-    requests.exceptions.TooManyRedirects, requests.exceptions.InvalidHeader,
+    requests.exceptions.InvalidURL,
+    requests.exceptions.MissingSchema,
+    requests.exceptions.InvalidSchema,
+    requests.exceptions.URLRequired,
+    requests.exceptions.TooManyRedirects,
+    requests.exceptions.InvalidHeader,
 )
 
 
@@ -263,7 +279,7 @@ class TextFetcher:
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before retry ``attempt`` (0-based): exponential, capped, jittered."""
-        ceiling = min(self.backoff_max_s, self.backoff_s * (2 ** attempt))
+        ceiling = min(self.backoff_max_s, self.backoff_s * (2**attempt))
         return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
 
     def fetch(self, url: str) -> tuple[str, int]:
@@ -283,11 +299,16 @@ class TextFetcher:
         """One HTTP attempt: the body as text, or ScrapeError."""
         started = time.monotonic()
         try:
-            with self.session.get(url, timeout=self.timeout, stream=True,
-                                  headers={"Accept": "text/plain;version=0.0.4"}) as reply:
+            with self.session.get(
+                url,
+                timeout=self.timeout,
+                stream=True,
+                headers={"Accept": "text/plain;version=0.0.4"},
+            ) as reply:
                 if reply.status_code != 200:
-                    raise ScrapeError(f"{url}: HTTP {reply.status_code}",
-                                      reply.status_code in _RETRY_STATUS)
+                    raise ScrapeError(
+                        f"{url}: HTTP {reply.status_code}", reply.status_code in _RETRY_STATUS
+                    )
                 body = self._read_body(url, reply, started)
         except _FATAL_REQUEST_ERRORS as exc:  # retrying cannot fix these
             raise ScrapeError(f"{url}: {type(exc).__name__}: {exc}", False) from exc

@@ -252,8 +252,13 @@ class Batch:
     rejects: Sequence[Reject] = ()
 
     def __len__(self) -> int:
-        return (len(self.samples) + len(self.gpus) + len(self.nodes) + len(self.job_events)
-                + len(self.rejects))
+        return (
+            len(self.samples)
+            + len(self.gpus)
+            + len(self.nodes)
+            + len(self.job_events)
+            + len(self.rejects)
+        )
 
 
 def samples_frame(samples: pl.DataFrame | Sequence[GpuSample]) -> pl.DataFrame:

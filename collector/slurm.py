@@ -53,15 +53,34 @@ SOURCE = "slurm"
 
 #: The ``--format`` fields, in the order the parser expects them.
 SACCT_FIELDS = (
-    "JobID", "JobIDRaw", "JobName", "Account", "User", "Partition", "QOS", "Priority",
-    "Submit", "Start", "End", "State", "Reason", "Restarts", "ExitCode", "ReqTRES",
-    "AllocTRES", "TRESUsageInAve", "NodeList",
+    "JobID",
+    "JobIDRaw",
+    "JobName",
+    "Account",
+    "User",
+    "Partition",
+    "QOS",
+    "Priority",
+    "Submit",
+    "Start",
+    "End",
+    "State",
+    "Reason",
+    "Restarts",
+    "ExitCode",
+    "ReqTRES",
+    "AllocTRES",
+    "TRESUsageInAve",
+    "NodeList",
 )
 _F = {name: i for i, name in enumerate(SACCT_FIELDS)}
 
 #: Slurm job state -> (our event, reason). None: no terminal event (pending or still running).
 STATE_EVENTS: dict[str, tuple[str, str] | None] = {
-    "PENDING": None, "RUNNING": None, "SUSPENDED": None, "RESIZING": None,
+    "PENDING": None,
+    "RUNNING": None,
+    "SUSPENDED": None,
+    "RESIZING": None,
     "REQUEUED": ("preempted", "REQUEUED"),  # an earlier run of a requeued job (--duplicates)
     "COMPLETED": ("finished", ""),
     "FAILED": ("failed", "FAILED"),
@@ -220,7 +239,7 @@ def _expand_name(name: str) -> list[str]:
         if last < first:
             raise ValueError(f"descending range {rng!r} in host name {name!r}")
         values.extend(str(n).zfill(width) for n in range(first, last + 1))
-    head, tail = name[: m.start()], name[m.end():]
+    head, tail = name[: m.start()], name[m.end() :]
     return [h for v in values for h in _expand_name(head + v + tail)]
 
 
@@ -276,14 +295,21 @@ class SlurmCollector:
     before the window.
     """
 
-    def __init__(self, cluster: str, tenant_mapper: TenantMapper,
-                 sacct: Sequence[str] | SacctRunner = ("sacct",), *,
-                 since: dt.datetime | None = None,
-                 lookback: dt.timedelta = dt.timedelta(days=1),
-                 overlap: dt.timedelta = dt.timedelta(minutes=10),
-                 timezone: dt.tzinfo = UTC, extra_args: Sequence[str] = (),
-                 timeout_s: float = 120.0, forget_after: dt.timedelta = dt.timedelta(days=1),
-                 gpu_uuids_for: Callable[[str, str], Sequence[str]] | None = None):
+    def __init__(
+        self,
+        cluster: str,
+        tenant_mapper: TenantMapper,
+        sacct: Sequence[str] | SacctRunner = ("sacct",),
+        *,
+        since: dt.datetime | None = None,
+        lookback: dt.timedelta = dt.timedelta(days=1),
+        overlap: dt.timedelta = dt.timedelta(minutes=10),
+        timezone: dt.tzinfo = UTC,
+        extra_args: Sequence[str] = (),
+        timeout_s: float = 120.0,
+        forget_after: dt.timedelta = dt.timedelta(days=1),
+        gpu_uuids_for: Callable[[str, str], Sequence[str]] | None = None,
+    ):
         if since is not None and since.tzinfo is None:
             raise ValueError("since must be timezone-aware (e.g. 2024-03-01T00:00:00+00:00)")
         self.cluster = cluster
@@ -307,25 +333,39 @@ class SlurmCollector:
     # -- the poll --------------------------------------------------------------------------
     def sacct_args(self, start: dt.datetime, end: dt.datetime) -> list[str]:
         """The sacct arguments for the window [start, end] (times in the cluster's zone)."""
+
         def fmt(t: dt.datetime) -> str:
             return t.astimezone(self.tz).strftime("%Y-%m-%dT%H:%M:%S")
-        return ["--parsable2", "--noheader", "--allusers", "--duplicates", "--array",
-                f"--format={','.join(SACCT_FIELDS)}", f"--starttime={fmt(start)}",
-                f"--endtime={fmt(end)}", *self.extra_args]
+
+        return [
+            "--parsable2",
+            "--noheader",
+            "--allusers",
+            "--duplicates",
+            "--array",
+            f"--format={','.join(SACCT_FIELDS)}",
+            f"--starttime={fmt(start)}",
+            f"--endtime={fmt(end)}",
+            *self.extra_args,
+        ]
 
     def _run(self, args: list[str]) -> str:
         if callable(self.sacct):
             return self.sacct(args)
         argv = [*self.sacct, *args]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, check=False,
-                                  timeout=self.timeout_s)
+            done = subprocess.run(
+                argv, capture_output=True, text=True, check=False, timeout=self.timeout_s
+            )
         except FileNotFoundError:
-            raise SlurmError(f"{argv[0]!r} not found: install the Slurm client on this host or "
-                             "pass the full path of sacct") from None
+            raise SlurmError(
+                f"{argv[0]!r} not found: install the Slurm client on this host or "
+                "pass the full path of sacct"
+            ) from None
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"sacct did not answer within {self.timeout_s} s; is slurmdbd "
-                             "reachable?") from None
+            raise SlurmError(
+                f"sacct did not answer within {self.timeout_s} s; is slurmdbd reachable?"
+            ) from None
         if done.returncode != 0:
             raise SlurmError(f"sacct exited with {done.returncode}: {done.stderr.strip()}")
         return done.stdout
@@ -362,8 +402,9 @@ class SlurmCollector:
                 del self.job_ids[raw]
 
     # -- parsing ---------------------------------------------------------------------------
-    def parse(self, text: str, now: dt.datetime
-              ) -> tuple[list[JobEvent], list[SlurmJobUsage], list[Reject]]:
+    def parse(
+        self, text: str, now: dt.datetime
+    ) -> tuple[list[JobEvent], list[SlurmJobUsage], list[Reject]]:
         """New events, usage summaries and rejects from sacct's ``--parsable2`` output.
 
         Events already emitted by an earlier call are left out. Step lines belong to the job
@@ -380,9 +421,12 @@ class SlurmCollector:
             try:
                 cols = line.split("|")
                 if len(cols) != len(SACCT_FIELDS):
-                    raise _Bad("line", str(len(cols)),
-                               f"expected {len(SACCT_FIELDS)} '|'-separated fields "
-                               f"({','.join(SACCT_FIELDS)})")
+                    raise _Bad(
+                        "line",
+                        str(len(cols)),
+                        f"expected {len(SACCT_FIELDS)} '|'-separated fields "
+                        f"({','.join(SACCT_FIELDS)})",
+                    )
                 job_id, _, step = cols[_F["JobID"]].partition(".")
                 if not job_id:
                     raise _Bad("JobID", cols[_F["JobID"]], "JobID is empty")
@@ -390,14 +434,14 @@ class SlurmCollector:
                     parent = latest.get(job_id)
                     attempt = parent.attempt if parent else 0
                     steps.setdefault((job_id, attempt), []).append(
-                        self._step(cols, job_id, step, now))
+                        self._step(cols, job_id, step, now)
+                    )
                 else:
                     job = self._job(cols, job_id)
                     jobs[(job_id, job.attempt)] = latest[job_id] = job
                     events.extend(self._new(job))
             except _Bad as bad:
-                rejects.append(Reject(SOURCE, "job_event", bad.field, bad.value, bad.reason,
-                                      line))
+                rejects.append(Reject(SOURCE, "job_event", bad.field, bad.value, bad.reason, line))
         usage = self._usage(jobs, steps)
         return events, usage, rejects
 
@@ -435,19 +479,31 @@ class SlurmCollector:
         partition = get(_F["Partition"]).strip()
         node = hosts[0] if hosts else ""
         started = times["Start"] if hosts and state != "PENDING" else None
-        uuids = tuple(self.gpu_uuids_for(job_id, node)) if self.gpu_uuids_for and started \
-            else ()
+        uuids = tuple(self.gpu_uuids_for(job_id, node)) if self.gpu_uuids_for and started else ()
         base = JobEvent(
-            ts=_EPOCH, cluster=self.cluster, job_id=job_id, event="submitted",
-            attempt=attempt, name=get(_F["JobName"]), tenant=tenant, org=org, project=project,
-            user=get(_F["User"]).strip(), pool=partition.split(",")[0], queue=partition,
-            priority=min(priority, _INT32_MAX), priority_class=get(_F["QOS"]).strip(),
-            gpu_model=model, gpus_requested=gpus, node=node, source=SOURCE)
+            ts=_EPOCH,
+            cluster=self.cluster,
+            job_id=job_id,
+            event="submitted",
+            attempt=attempt,
+            name=get(_F["JobName"]),
+            tenant=tenant,
+            org=org,
+            project=project,
+            user=get(_F["User"]).strip(),
+            pool=partition.split(",")[0],
+            queue=partition,
+            priority=min(priority, _INT32_MAX),
+            priority_class=get(_F["QOS"]).strip(),
+            gpu_model=model,
+            gpus_requested=gpus,
+            node=node,
+            source=SOURCE,
+        )
         out = []
         reason = get(_F["Reason"]).strip()
         if times["Submit"] is not None:
-            out.append(base._replace(ts=times["Submit"],
-                                     reason="" if reason == "None" else reason))
+            out.append(base._replace(ts=times["Submit"], reason="" if reason == "None" else reason))
         if started is not None:
             out.append(base._replace(ts=started, event="started", gpu_uuids=uuids))
         if terminal is not None and times["End"] is not None:
@@ -456,8 +512,11 @@ class SlurmCollector:
                 why = f"cancelled by uid {detail[3:].strip()}"
             elif event == "failed" and state == "FAILED":
                 why = f"FAILED (exit code {get(_F['ExitCode']).strip()})"
-            out.append(base._replace(ts=times["End"], event=event, gpu_uuids=uuids,
-                                     started_at=started, reason=why))
+            out.append(
+                base._replace(
+                    ts=times["End"], event=event, gpu_uuids=uuids, started_at=started, reason=why
+                )
+            )
         raw = get(_F["JobIDRaw"]).strip()
         if raw and started is not None:  # only jobs on GPUs appear in mapping files
             self.job_ids[raw] = job_id
@@ -492,16 +551,20 @@ class SlurmCollector:
         seconds = max((end - start).total_seconds(), 0.0) if start else 0.0
         return _Step(job_id, step, util, mem, seconds)
 
-    def _usage(self, jobs: Mapping[tuple[str, int], _Job],
-               steps: Mapping[tuple[str, int], list[_Step]]) -> list[SlurmJobUsage]:
+    def _usage(
+        self, jobs: Mapping[tuple[str, int], _Job], steps: Mapping[tuple[str, int], list[_Step]]
+    ) -> list[SlurmJobUsage]:
         out = []
         for (job_id, attempt), job_steps in steps.items():
             job = jobs.get((job_id, attempt))
             final = bool(job and job.final)
             if (job_id, attempt) in self._final_usage:
                 continue
-            gpu_steps = [s for s in job_steps if s.name != "extern"
-                         and (s.util_percent is not None or s.mem_bytes is not None)]
+            gpu_steps = [
+                s
+                for s in job_steps
+                if s.name != "extern" and (s.util_percent is not None or s.mem_bytes is not None)
+            ]
             if not gpu_steps:
                 continue
             active = [s for s in gpu_steps if (s.util_percent or 0) > 0 or (s.mem_bytes or 0) > 0]
@@ -512,16 +575,25 @@ class SlurmCollector:
                 weights = [s.seconds for s in with_util]
                 if sum(weights) <= 0:
                     weights = [1.0] * len(with_util)
-                mean = sum(w * (s.util_percent or 0.0) for w, s in zip(weights, with_util,
-                                                                      strict=True))
+                mean = sum(
+                    w * (s.util_percent or 0.0) for w, s in zip(weights, with_util, strict=True)
+                )
                 ratio = min(max(mean / sum(weights) / 100.0, 0.0), 1.0)
             mems = [s.mem_bytes for s in chosen if s.mem_bytes is not None]
-            out.append(SlurmJobUsage(self.cluster, job_id, attempt, ratio,
-                                     max(mems) if mems else None, len(chosen), final))
+            out.append(
+                SlurmJobUsage(
+                    self.cluster,
+                    job_id,
+                    attempt,
+                    ratio,
+                    max(mems) if mems else None,
+                    len(chosen),
+                    final,
+                )
+            )
             if final:
                 self._final_usage.add((job_id, attempt))
         return out
-
 
 
 class _Bad(Exception):
@@ -578,18 +650,25 @@ def gpus_by_job(mapping: Mapping[GpuSlot, Sequence[str]]) -> dict[str, tuple[Gpu
     return {job: tuple(slots) for job, slots in out.items()}
 
 
-def _job_for(mapping: Mapping[GpuSlot, Sequence[str]], index: int, mig: str,
-             job_id_for_raw: Mapping[str, str]) -> str:
+def _job_for(
+    mapping: Mapping[GpuSlot, Sequence[str]],
+    index: int,
+    mig: str,
+    job_id_for_raw: Mapping[str, str],
+) -> str:
     jobs = mapping.get(GpuSlot(index, mig)) or (mapping.get(GpuSlot(index)) if mig else None)
     if not jobs:
         return ""
     return job_id_for_raw.get(jobs[0], jobs[0])
 
 
-def enrich_job_ids(samples: pl.DataFrame | Iterable[GpuSample],
-                   mapping: Mapping[GpuSlot, Sequence[str]], *, node: str | None = None,
-                   job_id_for_raw: Mapping[str, str] | None = None
-                   ) -> pl.DataFrame | list[GpuSample]:
+def enrich_job_ids(
+    samples: pl.DataFrame | Iterable[GpuSample],
+    mapping: Mapping[GpuSlot, Sequence[str]],
+    *,
+    node: str | None = None,
+    job_id_for_raw: Mapping[str, str] | None = None,
+) -> pl.DataFrame | list[GpuSample]:
     """Fill the empty ``job_id`` of samples from a node's job mapping.
 
     Only samples of ``node`` (all, when None) whose ``job_id`` is empty are changed. A MIG
@@ -601,19 +680,29 @@ def enrich_job_ids(samples: pl.DataFrame | Iterable[GpuSample],
     if not isinstance(samples, pl.DataFrame):
         out = []
         for s in samples:
-            job = "" if s.job_id or (node is not None and s.node != node) else _job_for(
-                mapping, s.gpu_index, s.mig_instance, raw)
+            job = (
+                ""
+                if s.job_id or (node is not None and s.node != node)
+                else _job_for(mapping, s.gpu_index, s.mig_instance, raw)
+            )
             out.append(s._replace(job_id=job) if job else s)
         return out
     keys = samples.select("gpu_index", "mig_instance").unique().rows()
     found = [(i, m, j) for i, m in keys if (j := _job_for(mapping, i, m, raw))]
     if not found:
         return samples
-    table = pl.DataFrame(found, schema={"gpu_index": samples.schema["gpu_index"],
-                                        "mig_instance": pl.String(), "_job": pl.String()},
-                         orient="row")
-    joined = samples.join(table, on=["gpu_index", "mig_instance"], how="left",
-                          maintain_order="left")
+    table = pl.DataFrame(
+        found,
+        schema={
+            "gpu_index": samples.schema["gpu_index"],
+            "mig_instance": pl.String(),
+            "_job": pl.String(),
+        },
+        orient="row",
+    )
+    joined = samples.join(
+        table, on=["gpu_index", "mig_instance"], how="left", maintain_order="left"
+    )
     take = (pl.col("job_id") == "") & pl.col("_job").is_not_null()
     if node is not None:
         take = take & (pl.col("node") == node)

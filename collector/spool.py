@@ -39,8 +39,12 @@ from .records import (
 log = logging.getLogger(__name__)
 
 _MAGIC = b"GLB1"
-_KINDS: dict[str, Any] = {"gpus": GpuInventory, "nodes": NodeInventory,
-                          "job_events": JobEvent, "rejects": Reject}
+_KINDS: dict[str, Any] = {
+    "gpus": GpuInventory,
+    "nodes": NodeInventory,
+    "job_events": JobEvent,
+    "rejects": Reject,
+}
 _DATETIME_FIELDS = {"ts", "started_at"}
 
 
@@ -84,11 +88,12 @@ def load_batch(data: bytes) -> Batch:
     if data[:4] != _MAGIC:
         raise ValueError("not a gpuledger batch (bad magic)")
     (size,) = struct.unpack(">Q", data[4:12])
-    header = json.loads(data[12:12 + size])
-    rest = data[12 + size:]
+    header = json.loads(data[12 : 12 + size])
+    rest = data[12 + size :]
     samples: pl.DataFrame | tuple[()] = pl.read_ipc(io.BytesIO(rest)) if rest else ()
-    kinds = {kind: [_decode_record(cls, v) for v in header.get(kind, [])]
-             for kind, cls in _KINDS.items()}
+    kinds = {
+        kind: [_decode_record(cls, v) for v in header.get(kind, [])] for kind, cls in _KINDS.items()
+    }
     return Batch(samples=samples, **kinds)
 
 
@@ -138,13 +143,23 @@ class Spool:
                 log.warning(
                     "spool %s is full (%d of %d bytes): batch %s (%d rows) is NOT kept; %d "
                     "batch(es) dropped so far. Bring the warehouse back, or raise the agent's "
-                    "spool size", self.directory, used, self.max_bytes, batch_id, len(batch),
-                    self.dropped_batches)
+                    "spool size",
+                    self.directory,
+                    used,
+                    self.max_bytes,
+                    batch_id,
+                    len(batch),
+                    self.dropped_batches,
+                )
                 return False
             if not self._warned_full and used + len(data) > 0.8 * self.max_bytes:
                 self._warned_full = True
-                log.warning("spool %s is over 80%% full (%d of %d bytes)", self.directory,
-                            used + len(data), self.max_bytes)
+                log.warning(
+                    "spool %s is over 80%% full (%d of %d bytes)",
+                    self.directory,
+                    used + len(data),
+                    self.max_bytes,
+                )
             name = f"{self._seq:012d}-{_safe(batch_id)}"
             self._seq += 1
             tmp = self.directory / f"{name}.tmp"

@@ -28,8 +28,13 @@ class TenantMapper:
         ordered = sorted(enumerate(rules), key=lambda ir: (ir[1].rank, -len(ir[1].pattern), ir[0]))
         self.rules = [r for _i, r in ordered]
 
-    def resolve(self, *, namespace: str = "", labels: Mapping[str, str] | None = None,
-                slurm_account: str = "") -> str:
+    def resolve(
+        self,
+        *,
+        namespace: str = "",
+        labels: Mapping[str, str] | None = None,
+        slurm_account: str = "",
+    ) -> str:
         """The tenant of the first matching rule, or ``UNMAPPED``."""
         labels = labels or {}
         for rule in self.rules:
@@ -39,8 +44,11 @@ class TenantMapper:
                 key, _, value = rule.pattern.partition("=")
                 if key in labels and _matches(value, labels[key]):
                     return rule.tenant
-            if rule.kind == "slurm_account" and slurm_account and _matches(rule.pattern,
-                                                                          slurm_account):
+            if (
+                rule.kind == "slurm_account"
+                and slurm_account
+                and _matches(rule.pattern, slurm_account)
+            ):
                 return rule.tenant
         return UNMAPPED
 

@@ -59,10 +59,28 @@ from .records import (
 from .tenancy import UNMAPPED
 
 V2023_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-V2023_POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec",
-                     "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
-V2025_COLUMNS = ("instance_sn", "role", "app_name", "gpu_request", "creation_time",
-                 "scheduled_time", "deletion_time")
+V2023_POD_COLUMNS = (
+    "name",
+    "cpu_milli",
+    "memory_mib",
+    "num_gpu",
+    "gpu_milli",
+    "gpu_spec",
+    "qos",
+    "pod_phase",
+    "creation_time",
+    "deletion_time",
+    "scheduled_time",
+)
+V2025_COLUMNS = (
+    "instance_sn",
+    "role",
+    "app_name",
+    "gpu_request",
+    "creation_time",
+    "scheduled_time",
+    "deletion_time",
+)
 _MS = dt.timedelta(milliseconds=1)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -90,8 +108,10 @@ def _rows(path: str | Path, required: Sequence[str]) -> Iterator[tuple[dict[str,
         header = next(reader, None)
         missing = [c for c in required if c not in (header or [])]
         if header is None or missing:
-            raise TraceError(f"{path} lacks the columns {', '.join(missing or required)}: is "
-                             "it the right trace file?")
+            raise TraceError(
+                f"{path} lacks the columns {', '.join(missing or required)}: is "
+                "it the right trace file?"
+            )
         for values in reader:
             raw = ",".join(values)
             if len(values) != len(header):
@@ -149,8 +169,12 @@ class _Chunker:
         self._reset()
 
     def _reset(self) -> None:
-        self.kinds: dict[str, list[Any]] = {"gpus": [], "nodes": [], "job_events": [],
-                                             "rejects": []}
+        self.kinds: dict[str, list[Any]] = {
+            "gpus": [],
+            "nodes": [],
+            "job_events": [],
+            "rejects": [],
+        }
         self.count = 0
 
     def add(self, kind: str, records: Iterable[Any]) -> Iterator[Batch]:
@@ -167,9 +191,14 @@ class _Chunker:
 
 
 # -- Alibaba v2023 -----------------------------------------------------------------------------
-def alibaba_v2023(nodes_csv: str | Path, pods_csv: str | Path, start: dt.datetime,
-                  cluster: str = "alibaba-v2023", *, chunk_size: int = 5000
-                  ) -> Iterator[Batch]:
+def alibaba_v2023(
+    nodes_csv: str | Path,
+    pods_csv: str | Path,
+    start: dt.datetime,
+    cluster: str = "alibaba-v2023",
+    *,
+    chunk_size: int = 5000,
+) -> Iterator[Batch]:
     """Inventory and pod events of the Alibaba openb trace (see the module docstring)."""
     _check_aware(start)
     source = "alibaba-v2023"
@@ -183,9 +212,15 @@ def alibaba_v2023(nodes_csv: str | Path, pods_csv: str | Path, start: dt.datetim
             continue
         yield from chunker.add("nodes", [node])
         yield from chunker.add("gpus", gpus)
-    end_ms = max((t for row, _ in pods if "__bad__" not in row
-                  for t in _safe_offsets(row, ("creation_time", "deletion_time",
-                                               "scheduled_time"))), default=0)
+    end_ms = max(
+        (
+            t
+            for row, _ in pods
+            if "__bad__" not in row
+            for t in _safe_offsets(row, ("creation_time", "deletion_time", "scheduled_time"))
+        ),
+        default=0,
+    )
     for row, raw in pods:
         try:
             events = _v2023_pod(row, start, cluster, source, end_ms)
@@ -215,8 +250,9 @@ def _bad_shape(row: dict[str, str]) -> None:
         raise _BadRow("line", row["__bad__"], "wrong number of columns for the header")
 
 
-def _v2023_node(row: dict[str, str], start: dt.datetime, cluster: str, source: str
-                ) -> tuple[NodeInventory, list[GpuInventory]]:
+def _v2023_node(
+    row: dict[str, str], start: dt.datetime, cluster: str, source: str
+) -> tuple[NodeInventory, list[GpuInventory]]:
     _bad_shape(row)
     sn = row["sn"].strip()
     if not sn:
@@ -228,21 +264,43 @@ def _v2023_node(row: dict[str, str], start: dt.datetime, cluster: str, source: s
     if gpus and not model:
         raise _BadRow("model", "", "a node with GPUs must name their model")
     pool = model or "cpu"
-    node = NodeInventory(ts=start, cluster=cluster, pool=pool, node=sn, gpu_model=model,
-                         gpu_count=gpus, cpu_milli=cpu_milli, memory_bytes=memory_mib * 2**20,
-                         source=source)
-    return node, [GpuInventory(ts=start, cluster=cluster, pool=pool, node=sn,
-                               gpu_uuid=f"{sn}-gpu{i}", gpu_index=i, gpu_model=model,
-                               source=source) for i in range(gpus)]
+    node = NodeInventory(
+        ts=start,
+        cluster=cluster,
+        pool=pool,
+        node=sn,
+        gpu_model=model,
+        gpu_count=gpus,
+        cpu_milli=cpu_milli,
+        memory_bytes=memory_mib * 2**20,
+        source=source,
+    )
+    return node, [
+        GpuInventory(
+            ts=start,
+            cluster=cluster,
+            pool=pool,
+            node=sn,
+            gpu_uuid=f"{sn}-gpu{i}",
+            gpu_index=i,
+            gpu_model=model,
+            source=source,
+        )
+        for i in range(gpus)
+    ]
 
 
-_V2023_END = {"Succeeded": ("finished", ""), "Failed": ("failed", "Failed"),
-              "Running": ("finished", "deleted while Running"),
-              "Pending": ("cancelled", "deleted while Pending")}
+_V2023_END = {
+    "Succeeded": ("finished", ""),
+    "Failed": ("failed", "Failed"),
+    "Running": ("finished", "deleted while Running"),
+    "Pending": ("cancelled", "deleted while Pending"),
+}
 
 
-def _v2023_pod(row: dict[str, str], start: dt.datetime, cluster: str, source: str,
-               end_ms: int) -> list[JobEvent]:
+def _v2023_pod(
+    row: dict[str, str], start: dt.datetime, cluster: str, source: str, end_ms: int
+) -> list[JobEvent]:
     _bad_shape(row)
     name = row["name"].strip()
     if not name:
@@ -255,17 +313,28 @@ def _v2023_pod(row: dict[str, str], start: dt.datetime, cluster: str, source: st
     if num_gpu == 1 and not 0 < gpu_milli <= 1000:
         raise _BadRow("gpu_milli", row["gpu_milli"], "gpu_milli must be 1-1000 for a 1-GPU pod")
     share = gpu_milli / 1000 if num_gpu == 1 else 1.0
-    created, scheduled, deleted = (_offset(row, f) for f in
-                                   ("creation_time", "scheduled_time", "deletion_time"))
+    created, scheduled, deleted = (
+        _offset(row, f) for f in ("creation_time", "scheduled_time", "deletion_time")
+    )
     if created is None:
         raise _BadRow("creation_time", "", "creation_time is empty")
     _order(row, "creation_time", "scheduled_time", "deletion_time")
     if phase in ("Succeeded", "Failed") and deleted is None:
         raise _BadRow("deletion_time", "", f"a {phase} pod must have a deletion_time")
-    base = JobEvent(ts=start, cluster=cluster, job_id=name, event="submitted", name=name,
-                    tenant=UNMAPPED, org=UNMAPPED, priority_class=row["qos"].strip(),
-                    gpu_model=row["gpu_spec"].strip(), gpus_requested=num_gpu * share,
-                    gpu_fraction=share, source=source)
+    base = JobEvent(
+        ts=start,
+        cluster=cluster,
+        job_id=name,
+        event="submitted",
+        name=name,
+        tenant=UNMAPPED,
+        org=UNMAPPED,
+        priority_class=row["qos"].strip(),
+        gpu_model=row["gpu_spec"].strip(),
+        gpus_requested=num_gpu * share,
+        gpu_fraction=share,
+        source=source,
+    )
     events = [base._replace(ts=_at(start, created))]
     started = _at(start, scheduled) if scheduled is not None else None
     if started is not None:
@@ -275,8 +344,9 @@ def _v2023_pod(row: dict[str, str], start: dt.datetime, cluster: str, source: st
         event, reason = _V2023_END[phase]
         if started is None and event != "cancelled":
             event, reason = "cancelled", f"deleted before being scheduled ({phase})"
-        events.append(base._replace(ts=_at(start, deleted), event=event, started_at=started,
-                                    reason=reason))
+        events.append(
+            base._replace(ts=_at(start, deleted), event=event, started_at=started, reason=reason)
+        )
     return events
 
 
@@ -285,8 +355,14 @@ def _at(start: dt.datetime, ms: int) -> dt.datetime:
 
 
 # -- Alibaba v2025 -----------------------------------------------------------------------------
-def alibaba_v2025(csv_path: str | Path, start: dt.datetime, cluster: str = "alibaba-v2025",
-                  *, chunk_size: int = 5000, org: str | None = None) -> Iterator[Batch]:
+def alibaba_v2025(
+    csv_path: str | Path,
+    start: dt.datetime,
+    cluster: str = "alibaba-v2025",
+    *,
+    chunk_size: int = 5000,
+    org: str | None = None,
+) -> Iterator[Batch]:
     """Instance events of the Alibaba GPU-disaggregated DLRM trace (see the module docstring)."""
     _check_aware(start)
     source = "alibaba-v2025"
@@ -304,18 +380,31 @@ def alibaba_v2025(csv_path: str | Path, start: dt.datetime, cluster: str = "alib
         yield chunker.flush()
 
 
-def alibaba_v2025_window(csv_path: str | Path, start: dt.datetime
-                         ) -> tuple[dt.datetime, dt.datetime]:
+def alibaba_v2025_window(
+    csv_path: str | Path, start: dt.datetime
+) -> tuple[dt.datetime, dt.datetime]:
     """The trace's window: ``start`` to ``start`` + the largest time in the file."""
     _check_aware(start)
-    end = max((t for row, _ in _rows(csv_path, V2025_COLUMNS) if "__bad__" not in row
-               for t in _safe_offsets(row, ("creation_time", "scheduled_time",
-                                            "deletion_time"))), default=0)
+    end = max(
+        (
+            t
+            for row, _ in _rows(csv_path, V2025_COLUMNS)
+            if "__bad__" not in row
+            for t in _safe_offsets(row, ("creation_time", "scheduled_time", "deletion_time"))
+        ),
+        default=0,
+    )
     return start, _at(start, end)
 
 
-def _v2025_instance(row: dict[str, str], start: dt.datetime, cluster: str, source: str,
-                    org: str | None, seen: set[str]) -> list[JobEvent]:
+def _v2025_instance(
+    row: dict[str, str],
+    start: dt.datetime,
+    cluster: str,
+    source: str,
+    org: str | None,
+    seen: set[str],
+) -> list[JobEvent]:
     _bad_shape(row)
     sn, role, app = (row[f].strip() for f in ("instance_sn", "role", "app_name"))
     if not sn:
@@ -327,15 +416,28 @@ def _v2025_instance(row: dict[str, str], start: dt.datetime, cluster: str, sourc
     if not app:
         raise _BadRow("app_name", "", "app_name is empty")
     gpus = _int(row, "gpu_request")
-    created, scheduled, deleted = (_offset(row, f) for f in
-                                   ("creation_time", "scheduled_time", "deletion_time"))
+    created, scheduled, deleted = (
+        _offset(row, f) for f in ("creation_time", "scheduled_time", "deletion_time")
+    )
     _order(row, "creation_time", "scheduled_time", "deletion_time")
     seen.add(sn)
     org_name = org or app
-    base = JobEvent(ts=start, cluster=cluster, job_id=sn, event="submitted", name=sn,
-                    tenant=f"{org_name}/{app}", org=org_name, project=app, pool=role,
-                    queue=app, priority_class="LS", workload_type="inference",
-                    gpus_requested=float(gpus), source=source)
+    base = JobEvent(
+        ts=start,
+        cluster=cluster,
+        job_id=sn,
+        event="submitted",
+        name=sn,
+        tenant=f"{org_name}/{app}",
+        org=org_name,
+        project=app,
+        pool=role,
+        queue=app,
+        priority_class="LS",
+        workload_type="inference",
+        gpus_requested=float(gpus),
+        source=source,
+    )
     events = []
     if created is not None:
         events.append(base._replace(ts=_at(start, created)))
@@ -345,12 +447,14 @@ def _v2025_instance(row: dict[str, str], start: dt.datetime, cluster: str, sourc
         events.append(base._replace(ts=started, event="started"))
     elif created is None:
         started = start
-        events.append(base._replace(ts=start, event="started",
-                                    reason="scheduled before the trace window"))
+        events.append(
+            base._replace(ts=start, event="started", reason="scheduled before the trace window")
+        )
     if deleted is not None:
         event = "finished" if started is not None else "cancelled"
-        events.append(base._replace(ts=_at(start, deleted), event=event, started_at=started,
-                                    reason="deleted"))
+        events.append(
+            base._replace(ts=_at(start, deleted), event=event, started_at=started, reason="deleted")
+        )
     return events
 
 
@@ -364,9 +468,9 @@ class GpuInterval(NamedTuple):
     gpus: float
 
 
-def allocation_intervals(events: Iterable[JobEvent],
-                         key: Callable[[JobEvent], str] = lambda e: e.tenant
-                         ) -> list[GpuInterval]:
+def allocation_intervals(
+    events: Iterable[JobEvent], key: Callable[[JobEvent], str] = lambda e: e.tenant
+) -> list[GpuInterval]:
     """The GPU-holding intervals that job events imply, one per (cluster, job, attempt).
 
     A run holds ``gpus_requested`` GPUs (already fractional for shared GPUs) from its
@@ -389,14 +493,14 @@ def allocation_intervals(events: Iterable[JobEvent],
         begin = opener.ts if opener else closer.started_at  # type: ignore[union-attr]
         assert begin is not None
         if first.gpus_requested > 0:
-            out.append(GpuInterval(key(first), begin, closer.ts if closer else None,
-                                   first.gpus_requested))
+            out.append(
+                GpuInterval(key(first), begin, closer.ts if closer else None, first.gpus_requested)
+            )
     out.sort(key=lambda iv: (iv.key, iv.start))
     return out
 
 
-def gpu_hours(intervals: Iterable[GpuInterval], a: dt.datetime, b: dt.datetime
-              ) -> dict[str, float]:
+def gpu_hours(intervals: Iterable[GpuInterval], a: dt.datetime, b: dt.datetime) -> dict[str, float]:
     """GPU-hours per key over [a, b): each interval clipped to the span (open ones run to b).
 
     Sums are kept in whole milli-GPU-milliseconds, so splitting a span into pieces adds up to
@@ -412,8 +516,9 @@ def gpu_hours(intervals: Iterable[GpuInterval], a: dt.datetime, b: dt.datetime
     return {k: v / 3_600_000_000 for k, v in sorted(acc.items())}
 
 
-def gpu_hours_by_tenant(events: Iterable[JobEvent], a: dt.datetime, b: dt.datetime
-                        ) -> dict[str, float]:
+def gpu_hours_by_tenant(
+    events: Iterable[JobEvent], a: dt.datetime, b: dt.datetime
+) -> dict[str, float]:
     """GPU-hours per tenant over [a, b) from job events (for v2025: per app)."""
     return gpu_hours(allocation_intervals(events), a, b)
 

@@ -16,16 +16,24 @@ from . import context
 def create_app(wh: Warehouse, settings: Settings) -> Dash:
     """Build the app over ``wh``. Serve it with ``app.run(...)`` (never with a forking server)."""
     context.set_context(context.Context(wh, settings))
-    app = Dash(__name__, use_pages=True, pages_folder=str(Path(__file__).with_name("pages")),
-               title="gpuledger", suppress_callback_exceptions=True)
+    app = Dash(
+        __name__,
+        use_pages=True,
+        pages_folder=str(Path(__file__).with_name("pages")),
+        title="gpuledger",
+        suppress_callback_exceptions=True,
+    )
     app.layout = html.Div(
         [
             html.Header(
                 [
                     html.H1("gpuledger", className="brand"),
-                    html.Nav([dcc.Link(page["name"], href=page["relative_path"],
-                                       className="nav-link")
-                              for page in dash.page_registry.values()]),
+                    html.Nav(
+                        [
+                            dcc.Link(page["name"], href=page["relative_path"], className="nav-link")
+                            for page in dash.page_registry.values()
+                        ]
+                    ),
                 ],
                 className="header",
             ),

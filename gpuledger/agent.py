@@ -56,8 +56,7 @@ def node_name(settings: Settings) -> str:
     return settings.agent.node or socket.gethostname()
 
 
-def build_sources(settings: Settings, *, nvml: bool, dcgm_targets: Sequence[str]
-                  ) -> list[Source]:
+def build_sources(settings: Settings, *, nvml: bool, dcgm_targets: Sequence[str]) -> list[Source]:
     """The sources the settings ask for. A missing NVML library is one clear error here."""
     a = settings.agent
     sources: list[Source] = []
@@ -65,9 +64,17 @@ def build_sources(settings: Settings, *, nvml: bool, dcgm_targets: Sequence[str]
         from collector.nvml import NvmlCollector, PynvmlBackend
 
         backend = PynvmlBackend.open(a.nvml_library or None)
-        sources.append(NvmlSource(NvmlCollector(backend, cluster=a.cluster,
-                                                node=node_name(settings), pool=a.pool,
-                                                proc_root=a.proc_root)))
+        sources.append(
+            NvmlSource(
+                NvmlCollector(
+                    backend,
+                    cluster=a.cluster,
+                    node=node_name(settings),
+                    pool=a.pool,
+                    proc_root=a.proc_root,
+                )
+            )
+        )
     if dcgm_targets:
         from collector.dcgm import DcgmCollector
 
@@ -96,31 +103,44 @@ class AgentMetrics(Collector):
 
     def collect(self) -> Any:
         p, stats = self.pipeline, self.pipeline.stats
-        yield GaugeMetricFamily("gpuledger_agent_spool_batches", "Batches waiting in the spool",
-                                value=p.spool.depth)
-        yield GaugeMetricFamily("gpuledger_agent_spool_bytes", "Bytes in the spool",
-                                value=p.spool.size_bytes)
-        yield CounterMetricFamily("gpuledger_agent_spool_dropped_batches",
-                                  "Batches refused because the spool was full",
-                                  value=p.spool.dropped_batches)
-        yield CounterMetricFamily("gpuledger_agent_rows_sent", "Rows delivered to the sink",
-                                  value=stats.rows_sent)
-        yield CounterMetricFamily("gpuledger_agent_send_failures",
-                                  "Deliveries that failed and were spooled",
-                                  value=stats.send_failures)
-        lag = GaugeMetricFamily("gpuledger_agent_lag_seconds",
-                                "Seconds since the sink last took a batch")
+        yield GaugeMetricFamily(
+            "gpuledger_agent_spool_batches", "Batches waiting in the spool", value=p.spool.depth
+        )
+        yield GaugeMetricFamily(
+            "gpuledger_agent_spool_bytes", "Bytes in the spool", value=p.spool.size_bytes
+        )
+        yield CounterMetricFamily(
+            "gpuledger_agent_spool_dropped_batches",
+            "Batches refused because the spool was full",
+            value=p.spool.dropped_batches,
+        )
+        yield CounterMetricFamily(
+            "gpuledger_agent_rows_sent", "Rows delivered to the sink", value=stats.rows_sent
+        )
+        yield CounterMetricFamily(
+            "gpuledger_agent_send_failures",
+            "Deliveries that failed and were spooled",
+            value=stats.send_failures,
+        )
+        lag = GaugeMetricFamily(
+            "gpuledger_agent_lag_seconds", "Seconds since the sink last took a batch"
+        )
         if stats.last_success is not None:
             lag.add_metric([], (dt.datetime.now(dt.UTC) - stats.last_success).total_seconds())
         yield lag
-        errors = CounterMetricFamily("gpuledger_agent_source_errors",
-                                     "Collection steps that raised, per source", labels=["source"])
+        errors = CounterMetricFamily(
+            "gpuledger_agent_source_errors",
+            "Collection steps that raised, per source",
+            labels=["source"],
+        )
         for name, count in stats.source_errors.items():
             errors.add_metric([name], count)
         yield errors
-        failures = CounterMetricFamily("gpuledger_agent_scrape_failures",
-                                       "Failed scrapes per dcgm-exporter target",
-                                       labels=["target"])
+        failures = CounterMetricFamily(
+            "gpuledger_agent_scrape_failures",
+            "Failed scrapes per dcgm-exporter target",
+            labels=["target"],
+        )
         for source in p.sources:
             for target, count in getattr(source, "failures", {}).items():
                 failures.add_metric([target], count)
@@ -131,7 +151,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     registry: CollectorRegistry
     healthy: Callable[[], tuple[bool, dict[str, Any]]]
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+    def do_GET(self) -> None:
         if self.path == "/metrics":
             body, ctype, code = generate_latest(self.registry), CONTENT_TYPE_LATEST, 200
         elif self.path == "/healthz":
@@ -145,12 +165,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug(format, *args)
 
 
-def serve_status(pipeline: Pipeline, interval_s: float, host: str, port: int
-                 ) -> http.server.ThreadingHTTPServer:
+def serve_status(
+    pipeline: Pipeline, interval_s: float, host: str, port: int
+) -> http.server.ThreadingHTTPServer:
     """Serve /metrics and /healthz in a thread; healthy while batches reach the sink."""
     registry = CollectorRegistry()
     registry.register(AgentMetrics(pipeline))
@@ -159,18 +180,26 @@ def serve_status(pipeline: Pipeline, interval_s: float, host: str, port: int
         last = pipeline.stats.last_success
         age = (dt.datetime.now(dt.UTC) - last).total_seconds() if last else None
         ok = pipeline.spool.depth == 0 or (age is not None and age < 3 * interval_s)
-        return ok, {"status": "ok" if ok else "unhealthy", "spool_batches": pipeline.spool.depth,
-                    "seconds_since_delivery": age}
+        return ok, {
+            "status": "ok" if ok else "unhealthy",
+            "spool_batches": pipeline.spool.depth,
+            "seconds_since_delivery": age,
+        }
 
-    handler = type("AgentHandler", (_Handler,), {"registry": registry,
-                                                 "healthy": staticmethod(healthy)})
+    handler = type(
+        "AgentHandler", (_Handler,), {"registry": registry, "healthy": staticmethod(healthy)}
+    )
     server = http.server.ThreadingHTTPServer((host, port), handler)
     threading.Thread(target=server.serve_forever, name="agent-status", daemon=True).start()
     return server
 
 
-def run_agent(pipeline: Pipeline, interval_s: float, stop: threading.Event,
-              clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+def run_agent(
+    pipeline: Pipeline,
+    interval_s: float,
+    stop: threading.Event,
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+) -> None:
     """Step the pipeline every ``interval_s`` until ``stop`` is set; then flush the spool."""
     while not stop.is_set():
         started = clock()
@@ -178,12 +207,13 @@ def run_agent(pipeline: Pipeline, interval_s: float, stop: threading.Event,
         elapsed = (clock() - started).total_seconds()
         stop.wait(max(0.0, interval_s - elapsed))
     if not pipeline.flush():
-        log.warning("stopping with %d batch(es) still spooled in %s: they are sent on the "
-                    "next start", pipeline.spool.depth, pipeline.spool.directory)
+        log.warning(
+            "stopping with %d batch(es) still spooled in %s: they are sent on the next start",
+            pipeline.spool.depth,
+            pipeline.spool.directory,
+        )
 
 
 def make_pipeline(settings: Settings, sources: Sequence[Source], sink: Sink) -> Pipeline:
     a = settings.agent
-    return Pipeline(sources, sink, Spool(a.spool_dir, a.spool_max_bytes),
-                    node=node_name(settings))
-
+    return Pipeline(sources, sink, Spool(a.spool_dir, a.spool_max_bytes), node=node_name(settings))

@@ -17,6 +17,7 @@ saying what is wrong and what to do, and exit status 2 (settings) or 1 (everythi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import datetime as dt
 import decimal
@@ -38,72 +39,103 @@ from .settings import Settings, SettingsError, load_settings
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="TOML settings file")
-    common.add_argument("--data-dir", help="embedded warehouse directory (default ./gpuledger-data)")
-    common.add_argument("--dsn", help="ClickHouse DSN: chdb:///abs/path or http(s)://user:pass@host:8123/db")
+    common.add_argument(
+        "--data-dir", help="embedded warehouse directory (default ./gpuledger-data)"
+    )
+    common.add_argument(
+        "--dsn", help="ClickHouse DSN: chdb:///abs/path or http(s)://user:pass@host:8123/db"
+    )
     common.add_argument("-v", "--verbose", action="store_true", help="log more")
 
-    parser = argparse.ArgumentParser(prog="gpuledger", description="Observability and cost "
-                                     "allocation for shared GPU clusters.",
-                                     parents=[common])
+    parser = argparse.ArgumentParser(
+        prog="gpuledger",
+        description="Observability and cost allocation for shared GPU clusters.",
+        parents=[common],
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", parents=[common],
-                          help="simulate a GPU cluster into the warehouse and serve the dashboard")
+    demo = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="simulate a GPU cluster into the warehouse and serve the dashboard",
+    )
     demo.add_argument("--days", type=float, help="days to backfill (default 7)")
     demo.add_argument("--gpus", type=int, help="GPUs in the simulated cluster (default 64)")
     demo.add_argument("--seed", type=int, help="random seed (default 0)")
-    demo.add_argument("--no-serve", action="store_true",
-                      help="backfill, print what was written, and exit")
+    demo.add_argument(
+        "--no-serve", action="store_true", help="backfill, print what was written, and exit"
+    )
     demo.add_argument("--port", type=int, help="dashboard port (default 8050)")
 
-    serve = sub.add_parser("serve", parents=[common],
-                           help="serve the dashboard and the agents' ingest API")
+    serve = sub.add_parser(
+        "serve", parents=[common], help="serve the dashboard and the agents' ingest API"
+    )
     serve.add_argument("--port", type=int, help="port (default 8050)")
 
     sql = sub.add_parser("sql", parents=[common], help="run a SQL query against the warehouse")
-    sql.add_argument("query", help="the SQL text, e.g. \"SELECT count() FROM gpuledger.gpu_samples\"")
+    sql.add_argument("query", help='the SQL text, e.g. "SELECT count() FROM gpuledger.gpu_samples"')
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
     imp = sub.add_parser("import", parents=[common], help="import a public GPU cluster trace")
     kinds = imp.add_subparsers(dest="trace", required=True, metavar="TRACE")
-    v2023 = kinds.add_parser("alibaba-v2023", parents=[common],
-                             help="Alibaba openb GPU cluster trace (nodes + pods CSV)")
+    v2023 = kinds.add_parser(
+        "alibaba-v2023", parents=[common], help="Alibaba openb GPU cluster trace (nodes + pods CSV)"
+    )
     v2023.add_argument("--nodes", required=True, help="openb_node_list_*.csv")
     v2023.add_argument("--pods", required=True, help="openb_pod_list_*.csv")
-    v2025 = kinds.add_parser("alibaba-v2025", parents=[common],
-                             help="Alibaba GPU-disaggregated DLRM serving trace")
+    v2025 = kinds.add_parser(
+        "alibaba-v2025", parents=[common], help="Alibaba GPU-disaggregated DLRM serving trace"
+    )
     v2025.add_argument("file", help="disaggregated_DLRM_trace.csv")
     for trace in (v2023, v2025):
-        trace.add_argument("--start", required=True,
-                           help="ISO time of the trace's second 0, with its offset, e.g. "
-                                "2026-01-01T00:00:00+00:00")
+        trace.add_argument(
+            "--start",
+            required=True,
+            help="ISO time of the trace's second 0, with its offset, e.g. "
+            "2026-01-01T00:00:00+00:00",
+        )
         trace.add_argument("--cluster", help="cluster name to file the trace under")
 
-    agent = sub.add_parser("agent", parents=[common],
-                           help="the node agent: NVML (and dcgm-exporter) to the warehouse")
+    agent = sub.add_parser(
+        "agent", parents=[common], help="the node agent: NVML (and dcgm-exporter) to the warehouse"
+    )
     agent.add_argument("--once", action="store_true", help="collect once, print, and exit")
 
-    collect = sub.add_parser("collect", parents=[common],
-                             help="run one source in the foreground")
+    collect = sub.add_parser("collect", parents=[common], help="run one source in the foreground")
     collect.add_argument("source", choices=("nvml", "dcgm", "kubernetes", "slurm"))
     collect.add_argument("targets", nargs="*", help="dcgm-exporter /metrics URLs (dcgm)")
     collect.add_argument("--once", action="store_true", help="collect once, print, and exit")
-    collect.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then "
-                         "~/.kube/config)")
+    collect.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)"
+    )
     collect.add_argument("--sacct", default="sacct", help="the sacct command (slurm)")
 
-    led = sub.add_parser("ledger", parents=[common],
-                         help="GPU-hours, idle time and cost per tenant (or other grouping)")
+    led = sub.add_parser(
+        "ledger",
+        parents=[common],
+        help="GPU-hours, idle time and cost per tenant (or other grouping)",
+    )
     led.add_argument("--from", dest="date_from", required=True, help="first day, YYYY-MM-DD (UTC)")
-    led.add_argument("--to", dest="date_to", required=True,
-                     help="last day, YYYY-MM-DD (UTC), included")
-    led.add_argument("--by", default="tenant", help="tenant|org|project|user|gpu_model|pool|"
-                     "node|queue|workload_type (default tenant)")
-    led.add_argument("--idle-policy", choices=("weighted", "even", "none"),
-                     help="how unallocated cost is shared (default: ledger.idle_policy)")
+    led.add_argument(
+        "--to", dest="date_to", required=True, help="last day, YYYY-MM-DD (UTC), included"
+    )
+    led.add_argument(
+        "--by",
+        default="tenant",
+        help="tenant|org|project|user|gpu_model|pool|node|queue|workload_type (default tenant)",
+    )
+    led.add_argument(
+        "--idle-policy",
+        choices=("weighted", "even", "none"),
+        help="how unallocated cost is shared (default: ledger.idle_policy)",
+    )
     led.add_argument("--cluster", default="", help="one cluster (default: all)")
-    led.add_argument("--source", choices=("rollup", "raw"), default="rollup",
-                     help="utilisation from the 1-minute rollup (default) or raw samples")
+    led.add_argument(
+        "--source",
+        choices=("rollup", "raw"),
+        default="rollup",
+        help="utilisation from the 1-minute rollup (default) or raw samples",
+    )
     led.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
     db = sub.add_parser("db", parents=[common], help="schema migrations")
@@ -141,8 +173,10 @@ def _cell(value: Any) -> Any:
 def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> str:
     """Render a result as an aligned text table, CSV, or a JSON array of objects."""
     if fmt == "json":
-        return json.dumps([dict(zip(columns, map(_cell, r), strict=True)) for r in rows],
-                          indent=1) + "\n"
+        return (
+            json.dumps([dict(zip(columns, map(_cell, r), strict=True)) for r in rows], indent=1)
+            + "\n"
+        )
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
@@ -151,10 +185,14 @@ def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str)
         return buf.getvalue()
     cells = [[str(_cell(v)) if v is not None else "NULL" for v in r] for r in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.rjust(w) if _numeric(v) else v.ljust(w)
-                        for v, w in zip(r, widths, strict=True)) for r in cells]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+        "  ".join("-" * w for w in widths),
+    ]
+    lines += [
+        "  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(r, widths, strict=True))
+        for r in cells
+    ]
     lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(lines) + "\n"
 
@@ -189,11 +227,17 @@ def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
             print(f"applied {m.version:04d}_{m.name}")
         print(f"{len(applied)} migration(s) applied; schema is up to date")
         return 0
-    rows = [(f"{s.version:04d}", s.name,
-             ("applied " + s.applied_at.isoformat(timespec="seconds")) if s.applied_at
-             else "pending",
-             "CHANGED since applied" if s.checksum_changed else "")
-            for s in status(wh, opts)]
+    rows = [
+        (
+            f"{s.version:04d}",
+            s.name,
+            ("applied " + s.applied_at.isoformat(timespec="seconds"))
+            if s.applied_at
+            else "pending",
+            "CHANGED since applied" if s.checksum_changed else "",
+        )
+        for s in status(wh, opts)
+    ]
     sys.stdout.write(format_rows(["version", "name", "state", "note"], rows, "table"))
     return 0
 
@@ -207,8 +251,10 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     run = DemoRun.start(wh, settings, progress=lambda m: print(m, file=sys.stderr, flush=True))
     took = time.monotonic() - started
     written = run.result.written
-    print(f"wrote {sum(written.values()):,} rows in {took:.1f} s into {settings.warehouse.resolved_dsn}"
-          f" (database {settings.warehouse.database}):")
+    print(
+        f"wrote {sum(written.values()):,} rows in {took:.1f} s into "
+        f"{settings.warehouse.resolved_dsn} (database {settings.warehouse.database}):"
+    )
     for table, count in sorted(written.items()):
         print(f"  {table:<20} {count:>12,}")
     if run.result.quarantined:
@@ -235,14 +281,14 @@ def _serve(wh: Any, settings: Settings, ingestor: Any) -> int:
     register(app.server, wh, ingestor)
     signal.signal(signal.SIGTERM, _terminate)
     url = f"http://{settings.server.host}:{settings.server.port}"
-    print(f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
-          f"{settings.warehouse.resolved_dsn})", flush=True)
-    try:
-        # Threaded, never forking: the embedded engine must not be forked once opened.
-        app.run(host=settings.server.host, port=settings.server.port, debug=False,
-                threaded=True)
-    except SystemExit:
-        pass
+    print(
+        f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
+        f"{settings.warehouse.resolved_dsn})",
+        flush=True,
+    )
+    # Threaded, never forking: the embedded engine must not be forked once opened.
+    with contextlib.suppress(SystemExit):
+        app.run(host=settings.server.host, port=settings.server.port, debug=False, threaded=True)
     return 0
 
 
@@ -271,8 +317,9 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     try:
         start = dt.datetime.fromisoformat(args.start)
     except ValueError:
-        raise SettingsError(f"--start {args.start!r} is not an ISO time such as "
-                            "2026-01-01T00:00:00+00:00") from None
+        raise SettingsError(
+            f"--start {args.start!r} is not an ISO time such as 2026-01-01T00:00:00+00:00"
+        ) from None
     if start.tzinfo is None:
         raise SettingsError(f"--start {args.start!r} has no UTC offset: add one, e.g. +00:00")
     extra = {"cluster": args.cluster} if args.cluster else {}
@@ -289,8 +336,10 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
             total += ingestor.write(batch)
     except traces.TraceError as exc:
         raise SettingsError(str(exc)) from None
-    print(f"imported {args.trace} into {settings.warehouse.resolved_dsn} "
-          f"(database {settings.warehouse.database}):")
+    print(
+        f"imported {args.trace} into {settings.warehouse.resolved_dsn} "
+        f"(database {settings.warehouse.database}):"
+    )
     for table, count in sorted(total.written.items()):
         print(f"  {table:<20} {count:>12,}")
     print(f"  {'quarantined':<20} {total.quarantined_total:>12,}")
@@ -315,10 +364,17 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
     wh = open_warehouse(settings)
     try:
         result = compute_ledger(
-            wh, start, end, by=args.by, idle_policy=args.idle_policy or settings.ledger.idle_policy,
-            cluster=args.cluster, idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
-            idle_min_duration_s=settings.ledger.idle_min_duration_s, source=args.source,
-            currency=settings.ledger.currency)
+            wh,
+            start,
+            end,
+            by=args.by,
+            idle_policy=args.idle_policy or settings.ledger.idle_policy,
+            cluster=args.cluster,
+            idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
+            idle_min_duration_s=settings.ledger.idle_min_duration_s,
+            source=args.source,
+            currency=settings.ledger.currency,
+        )
     except LedgerError as exc:
         raise SettingsError(str(exc)) from None
     doc = result.to_json()
@@ -326,23 +382,42 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(doc, indent=1))
         return 0
-    columns = ["key", "allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours",
-               "direct_cost", "shared_cost", "total_cost"]
+    columns = [
+        "key",
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "idle_gpu_hours",
+        "direct_cost",
+        "shared_cost",
+        "total_cost",
+    ]
     rows = [[_fixed(r[c]) for c in columns] for r in doc["rows"]]
     if args.format == "csv":
         sys.stdout.write(format_rows([args.by, *columns[1:]], rows, "csv"))
         return 0
     sys.stdout.write(format_rows([args.by, *columns[1:]], rows, "table"))
     t = doc["totals"]
-    print(f"\n{args.date_from} to {args.date_to} (UTC), {doc['currency']}, idle policy "
-          f"{doc['idle_policy']}")
-    for name in ("capacity_gpu_hours", "allocated_gpu_hours", "used_gpu_hours",
-                 "idle_gpu_hours", "unallocated_gpu_hours", "stranded_gpu_hours",
-                 "capacity_cost", "unshared_cost", "total_cost"):
+    print(
+        f"\n{args.date_from} to {args.date_to} (UTC), {doc['currency']}, idle policy "
+        f"{doc['idle_policy']}"
+    )
+    for name in (
+        "capacity_gpu_hours",
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "idle_gpu_hours",
+        "unallocated_gpu_hours",
+        "stranded_gpu_hours",
+        "capacity_cost",
+        "unshared_cost",
+        "total_cost",
+    ):
         print(f"  {name:<22} {_fixed(t[name]) if t[name] is not None else 'n/a'}")
     if doc["conserved"] is not None:
-        print(f"  conservation: rows + unshared = capacity cost: "
-              f"{'holds' if doc['conserved'] else 'DOES NOT HOLD'}")
+        print(
+            f"  conservation: rows + unshared = capacity cost: "
+            f"{'holds' if doc['conserved'] else 'DOES NOT HOLD'}"
+        )
     return 0
 
 
@@ -355,21 +430,38 @@ def _print_batch(batch: Any) -> None:
     from collector.records import samples_frame
 
     samples = samples_frame(batch.samples) if len(batch.samples) else None
-    print(f"{len(batch.samples)} samples, {len(batch.gpus)} GPUs, {len(batch.nodes)} nodes, "
-          f"{len(batch.job_events)} job events, {len(batch.rejects)} rejects")
+    print(
+        f"{len(batch.samples)} samples, {len(batch.gpus)} GPUs, {len(batch.nodes)} nodes, "
+        f"{len(batch.job_events)} job events, {len(batch.rejects)} rejects"
+    )
     if samples is not None:
-        cols = ["node", "gpu_uuid", "gpu_index", "mig_instance", "gpu_model", "gpu_util_ratio",
-                "memory_used_bytes", "power_watts", "temperature_celsius", "pod", "job_id"]
+        cols = [
+            "node",
+            "gpu_uuid",
+            "gpu_index",
+            "mig_instance",
+            "gpu_model",
+            "gpu_util_ratio",
+            "memory_used_bytes",
+            "power_watts",
+            "temperature_celsius",
+            "pod",
+            "job_id",
+        ]
         sys.stdout.write(format_rows(cols, samples.select(cols).rows(), "table"))
-    for kind, fields in (("gpus", ("node", "gpu_uuid", "mig_instance", "gpu_model", "health")),
-                         ("nodes", ("node", "gpu_model", "gpu_count", "state")),
-                         ("job_events", ("ts", "job_id", "event", "tenant", "gpus_requested",
-                                         "node", "reason")),
-                         ("rejects", ("source", "field", "value", "reason"))):
+    for kind, fields in (
+        ("gpus", ("node", "gpu_uuid", "mig_instance", "gpu_model", "health")),
+        ("nodes", ("node", "gpu_model", "gpu_count", "state")),
+        ("job_events", ("ts", "job_id", "event", "tenant", "gpus_requested", "node", "reason")),
+        ("rejects", ("source", "field", "value", "reason")),
+    ):
         records = getattr(batch, kind)
         if records:
-            sys.stdout.write(format_rows(list(fields), [[getattr(r, f) for f in fields]
-                                                        for r in records], "table"))
+            sys.stdout.write(
+                format_rows(
+                    list(fields), [[getattr(r, f) for f in fields] for r in records], "table"
+                )
+            )
 
 
 def _tenant_mapper(settings: Settings) -> Any:
@@ -397,8 +489,10 @@ def _source(settings: Settings, args: argparse.Namespace) -> Any:
     if args.source == "dcgm":
         targets = args.targets or settings.agent.targets
         if not targets:
-            raise SettingsError("collect dcgm needs the exporters' URLs, e.g. "
-                                "http://node-1:9400/metrics (or agent.dcgm_targets)")
+            raise SettingsError(
+                "collect dcgm needs the exporters' URLs, e.g. "
+                "http://node-1:9400/metrics (or agent.dcgm_targets)"
+            )
         return build_sources(settings, nvml=False, dcgm_targets=targets)[0]
     mapper = _tenant_mapper(settings)
     if args.source == "slurm":
@@ -442,11 +536,15 @@ def _run_foreground(settings: Settings, sources: list[Any], once: bool) -> int:
     pipeline = make_pipeline(settings, sources, sink)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    status = serve_status(pipeline, settings.agent.interval_s, settings.agent.status_host,
-                          settings.agent.status_port)
-    print(f"gpuledger agent: {', '.join(s.name for s in sources)} every "
-          f"{settings.agent.interval_s:g} s; status on http://{settings.agent.status_host}:"
-          f"{status.server_port}/healthz", flush=True)
+    status = serve_status(
+        pipeline, settings.agent.interval_s, settings.agent.status_host, settings.agent.status_port
+    )
+    print(
+        f"gpuledger agent: {', '.join(s.name for s in sources)} every "
+        f"{settings.agent.interval_s:g} s; status on http://{settings.agent.status_host}:"
+        f"{status.server_port}/healthz",
+        flush=True,
+    )
     try:
         watcher = next((s for s in sources if hasattr(s, "run")), None)
         if watcher is not None:  # a watch source pushes batches as events arrive
@@ -463,9 +561,12 @@ def _run_foreground(settings: Settings, sources: list[Any], once: bool) -> int:
         status.server_close()
         close()
         st = pipeline.stats
-        print(f"gpuledger agent: stopped; collected {st.samples_collected} samples, delivered "
-              f"{st.batches_sent} batches ({st.rows_sent} rows), {pipeline.spool.depth} still "
-              "spooled", flush=True)
+        print(
+            f"gpuledger agent: stopped; collected {st.samples_collected} samples, delivered "
+            f"{st.batches_sent} batches ({st.rows_sent} rows), {pipeline.spool.depth} still "
+            "spooled",
+            flush=True,
+        )
     return 0
 
 
@@ -475,13 +576,13 @@ def cmd_agent(settings: Settings, args: argparse.Namespace) -> int:
     from .agent import build_sources
 
     try:
-        sources = build_sources(settings, nvml=settings.agent.nvml,
-                                dcgm_targets=settings.agent.targets)
+        sources = build_sources(
+            settings, nvml=settings.agent.nvml, dcgm_targets=settings.agent.targets
+        )
     except NvmlError as exc:
         raise SettingsError(str(exc)) from None
     if not sources:
-        raise SettingsError("the agent has no source: enable agent.nvml or set "
-                            "agent.dcgm_targets")
+        raise SettingsError("the agent has no source: enable agent.nvml or set agent.dcgm_targets")
     return _run_foreground(settings, sources, args.once)
 
 
@@ -497,13 +598,24 @@ def cmd_collect(settings: Settings, args: argparse.Namespace) -> int:
         raise SettingsError(str(exc)) from None
 
 
-COMMANDS = {"demo": cmd_demo, "ledger": cmd_ledger, "agent": cmd_agent, "collect": cmd_collect, "import": cmd_import, "serve": cmd_serve, "sql": cmd_sql, "db": cmd_db}
+COMMANDS = {
+    "demo": cmd_demo,
+    "ledger": cmd_ledger,
+    "agent": cmd_agent,
+    "collect": cmd_collect,
+    "import": cmd_import,
+    "serve": cmd_serve,
+    "sql": cmd_sql,
+    "db": cmd_db,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if not args.verbose:  # the drivers' retry chatter; their failures reach the user as one line
         for name in ("urllib3", "clickhouse_connect"):
             logging.getLogger(name).setLevel(logging.CRITICAL)

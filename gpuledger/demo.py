@@ -46,15 +46,22 @@ class DemoRun:
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     @classmethod
-    def start(cls, wh: Warehouse, settings: Settings, now: dt.datetime | None = None,
-              progress: Callable[[str], None] = lambda _m: None) -> DemoRun:
+    def start(
+        cls,
+        wh: Warehouse,
+        settings: Settings,
+        now: dt.datetime | None = None,
+        progress: Callable[[str], None] = lambda _m: None,
+    ) -> DemoRun:
         s = settings.simulator
         now = now or dt.datetime.now(dt.UTC)
-        config = dataclasses.replace(SimulatorConfig.default(gpus=s.gpus, seed=s.seed),
-                                     cluster=s.cluster, interval_s=s.interval_s)
+        config = dataclasses.replace(
+            SimulatorConfig.default(gpus=s.gpus, seed=s.seed),
+            cluster=s.cluster,
+            interval_s=s.interval_s,
+        )
         previous = _previous_demo(wh, s.cluster)
-        params = {"cluster": s.cluster, "gpus": s.gpus, "seed": s.seed,
-                  "interval_s": s.interval_s}
+        params = {"cluster": s.cluster, "gpus": s.gpus, "seed": s.seed, "interval_s": s.interval_s}
         ingestor = Ingestor(wh, settings.warehouse.raw_retention_days)
         sim = Simulator(config)
         last = queries.last_sample(wh, s.cluster)
@@ -67,8 +74,10 @@ class DemoRun:
                 )
             start = dt.datetime.fromisoformat(previous["start"])
             resume = _align(last, s.interval_s) + dt.timedelta(seconds=s.interval_s)
-            progress(f"resuming demo cluster {s.cluster!r}: replaying {start:%Y-%m-%d %H:%M} to "
-                     f"{resume:%Y-%m-%d %H:%M} UTC without writing")
+            progress(
+                f"resuming demo cluster {s.cluster!r}: replaying {start:%Y-%m-%d %H:%M} to "
+                f"{resume:%Y-%m-%d %H:%M} UTC without writing"
+            )
             for _ in sim.run(start, resume):
                 pass
             run = cls(wh, ingestor, sim, s.cluster, position=resume, resumed_from=resume)
@@ -78,13 +87,16 @@ class DemoRun:
             cfg = sim.config_records()
             ingestor.write_config(cfg.tenants, cfg.tenant_rules, cfg.quotas, cfg.prices)
             run = cls(wh, ingestor, sim, s.cluster, position=start)
-            progress(f"backfilling {s.days:g} days of {s.gpus} simulated GPUs "
-                     f"(cluster {s.cluster!r}, seed {s.seed}) from {start:%Y-%m-%d %H:%M} UTC")
+            progress(
+                f"backfilling {s.days:g} days of {s.gpus} simulated GPUs "
+                f"(cluster {s.cluster!r}, seed {s.seed}) from {start:%Y-%m-%d %H:%M} UTC"
+            )
         run.advance(now, progress)
         return run
 
-    def advance(self, until: dt.datetime, progress: Callable[[str], None] = lambda _m: None
-                ) -> IngestResult:
+    def advance(
+        self, until: dt.datetime, progress: Callable[[str], None] = lambda _m: None
+    ) -> IngestResult:
         """Simulate and write everything from where the simulator is up to ``until``."""
         result = IngestResult()
         with self._lock:
@@ -96,8 +108,10 @@ class DemoRun:
                 result += self.ingestor.write(batch)
                 if time.monotonic() - shown > 2:
                     shown = time.monotonic()
-                    progress(f"  simulated to {self.sim.now:%Y-%m-%d %H:%M} UTC, "
-                             f"{sum(result.written.values()):,} rows written")
+                    progress(
+                        f"  simulated to {self.sim.now:%Y-%m-%d %H:%M} UTC, "
+                        f"{sum(result.written.values()):,} rows written"
+                    )
             self.position = until
             self.result += result
         return result
@@ -106,16 +120,35 @@ class DemoRun:
 def _previous_demo(wh: Warehouse, cluster: str) -> dict[str, object] | None:
     rows = wh.rows(
         f"SELECT detail FROM {wh.database}.audit_log WHERE action = 'demo.start' "
-        "AND object = {cluster:String} ORDER BY ts DESC LIMIT 1", {"cluster": cluster})
+        "AND object = {cluster:String} ORDER BY ts DESC LIMIT 1",
+        {"cluster": cluster},
+    )
     return json.loads(rows[0][0]) if rows else None
 
 
 def _record_demo(wh: Warehouse, params: dict[str, object]) -> None:
-    wh.insert_rows("audit_log", [(dt.datetime.now(dt.UTC), "gpuledger demo", "demo.start",
-                                  str(params["cluster"]), "ok", json.dumps(params))],
-                   ["ts", "actor", "action", "object", "outcome", "detail"],
-                   ["DateTime64(3, 'UTC')", "String", "LowCardinality(String)", "String",
-                    "LowCardinality(String)", "String"])
+    wh.insert_rows(
+        "audit_log",
+        [
+            (
+                dt.datetime.now(dt.UTC),
+                "gpuledger demo",
+                "demo.start",
+                str(params["cluster"]),
+                "ok",
+                json.dumps(params),
+            )
+        ],
+        ["ts", "actor", "action", "object", "outcome", "detail"],
+        [
+            "DateTime64(3, 'UTC')",
+            "String",
+            "LowCardinality(String)",
+            "String",
+            "LowCardinality(String)",
+            "String",
+        ],
+    )
 
 
 def start_live(run: DemoRun, interval_s: int) -> BackgroundScheduler:
@@ -128,7 +161,8 @@ def start_live(run: DemoRun, interval_s: int) -> BackgroundScheduler:
         except WarehouseError as exc:  # keep the process alive; the next tick retries
             log.error("live simulation step failed: %s", exc)
 
-    scheduler.add_job(tick, "interval", seconds=interval_s, max_instances=1, coalesce=True,
-                      id="simulator")
+    scheduler.add_job(
+        tick, "interval", seconds=interval_s, max_instances=1, coalesce=True, id="simulator"
+    )
     scheduler.start()
     return scheduler

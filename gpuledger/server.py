@@ -29,19 +29,34 @@ class ServerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.rows = Counter("gpuledger_rows_written", "Rows written into the warehouse",
-                            ["table"], registry=self.registry)
-        self.quarantined = Counter("gpuledger_rows_quarantined",
-                                   "Rows rejected into quarantine", registry=self.registry)
-        self.batches = Counter("gpuledger_ingest_batches", "Batches received from agents",
-                               ["outcome"], registry=self.registry)
-        self.seconds = Histogram("gpuledger_ingest_seconds", "Time to write one batch",
-                                 registry=self.registry)
-        self.lag = Gauge("gpuledger_ingest_lag_seconds",
-                         "Age of the newest sample of the last batch when it was written",
-                         registry=self.registry)
-        self.up = Gauge("gpuledger_warehouse_up", "1 when the warehouse answered the last check",
-                        registry=self.registry)
+        self.rows = Counter(
+            "gpuledger_rows_written",
+            "Rows written into the warehouse",
+            ["table"],
+            registry=self.registry,
+        )
+        self.quarantined = Counter(
+            "gpuledger_rows_quarantined", "Rows rejected into quarantine", registry=self.registry
+        )
+        self.batches = Counter(
+            "gpuledger_ingest_batches",
+            "Batches received from agents",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.seconds = Histogram(
+            "gpuledger_ingest_seconds", "Time to write one batch", registry=self.registry
+        )
+        self.lag = Gauge(
+            "gpuledger_ingest_lag_seconds",
+            "Age of the newest sample of the last batch when it was written",
+            registry=self.registry,
+        )
+        self.up = Gauge(
+            "gpuledger_warehouse_up",
+            "1 when the warehouse answered the last check",
+            registry=self.registry,
+        )
 
     def record(self, result: object, newest: dt.datetime | None) -> None:
         for table, count in result.written.items():  # type: ignore[attr-defined]
@@ -51,8 +66,9 @@ class ServerMetrics:
             self.lag.set((dt.datetime.now(dt.UTC) - newest).total_seconds())
 
 
-def register(server: flask.Flask, wh: Warehouse, ingestor: Ingestor,
-             metrics: ServerMetrics | None = None) -> ServerMetrics:
+def register(
+    server: flask.Flask, wh: Warehouse, ingestor: Ingestor, metrics: ServerMetrics | None = None
+) -> ServerMetrics:
     """Add the ingest, health and metrics routes to ``server`` (Dash's Flask app)."""
     metrics = metrics or ServerMetrics()
 
@@ -61,8 +77,10 @@ def register(server: flask.Flask, wh: Warehouse, ingestor: Ingestor,
         batch_id = flask.request.headers.get("X-Batch-Id", "")
         if not batch_id:
             metrics.batches.labels("refused").inc()
-            return flask.jsonify(error="the X-Batch-Id header is missing: agents name each "
-                                       "batch so that a retry is written once"), 400
+            return flask.jsonify(
+                error="the X-Batch-Id header is missing: agents name each "
+                "batch so that a retry is written once"
+            ), 400
         try:
             batch = load_batch(flask.request.get_data())
         except (ValueError, KeyError, TypeError) as exc:
@@ -77,11 +95,13 @@ def register(server: flask.Flask, wh: Warehouse, ingestor: Ingestor,
             return flask.jsonify(error=str(exc)), 503
         metrics.seconds.observe(time.perf_counter() - started)
         metrics.batches.labels("written").inc()
-        newest = batch.samples["ts"].max() if hasattr(batch.samples, "columns") and len(
-            batch.samples) else None
+        newest = (
+            batch.samples["ts"].max()
+            if hasattr(batch.samples, "columns") and len(batch.samples)
+            else None
+        )
         metrics.record(result, newest)  # type: ignore[arg-type]
-        return flask.jsonify(written=dict(result.written),
-                             quarantined=result.quarantined_total)
+        return flask.jsonify(written=dict(result.written), quarantined=result.quarantined_total)
 
     @server.get("/healthz")
     def healthz() -> flask.Response:

@@ -154,8 +154,10 @@ class AgentSettings:
         if self.spool_max_bytes < 1 << 20:
             raise SettingsError("agent.spool_max_bytes must be at least 1 MiB (1048576)")
         if self.server_url and urlsplit(self.server_url).scheme not in ("http", "https"):
-            raise SettingsError(f"agent.server_url {self.server_url!r} must be an http(s) URL "
-                                "of a `gpuledger serve` process")
+            raise SettingsError(
+                f"agent.server_url {self.server_url!r} must be an http(s) URL "
+                "of a `gpuledger serve` process"
+            )
         for target in self.targets:
             if urlsplit(target).scheme not in ("http", "https"):
                 raise SettingsError(f"agent.dcgm_targets entry {target!r} is not an http(s) URL")

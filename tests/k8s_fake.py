@@ -30,10 +30,16 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-PATHS = {"/api/v1/pods": "pods", "/api/v1/nodes": "nodes",
-         "/apis/kueue.x-k8s.io/v1beta1/workloads": "workloads"}
-_LIST = {"pods": ("v1", "PodList"), "nodes": ("v1", "NodeList"),
-         "workloads": ("kueue.x-k8s.io/v1beta1", "WorkloadList")}
+PATHS = {
+    "/api/v1/pods": "pods",
+    "/api/v1/nodes": "nodes",
+    "/apis/kueue.x-k8s.io/v1beta1/workloads": "workloads",
+}
+_LIST = {
+    "pods": ("v1", "PodList"),
+    "nodes": ("v1", "NodeList"),
+    "workloads": ("kueue.x-k8s.io/v1beta1", "WorkloadList"),
+}
 
 
 def key_of(kind: str, obj: dict[str, Any]) -> str:
@@ -43,8 +49,15 @@ def key_of(kind: str, obj: dict[str, Any]) -> str:
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 class _Stream:
@@ -75,8 +88,9 @@ class FakeKubeApi:
         self._closing = False
         handler = type("Handler", (_Handler,), {"api": self})
         self._server = _Server(("127.0.0.1", 0), handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-kube-api",
-                                        kwargs={"poll_interval": 0.05})
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fake-kube-api", kwargs={"poll_interval": 0.05}
+        )
         self._thread.start()
 
     @property
@@ -103,8 +117,9 @@ class FakeKubeApi:
         self.close()
 
     # -- controls -------------------------------------------------------------------------------
-    def put(self, kind: str, obj: dict[str, Any], *, event: bool = True,
-            key: str | None = None) -> dict[str, Any]:
+    def put(
+        self, kind: str, obj: dict[str, Any], *, event: bool = True, key: str | None = None
+    ) -> dict[str, Any]:
         """Create or replace an object (ADDED/MODIFIED); ``event=False`` changes it silently.
 
         ``key`` names an object whose metadata is missing or malformed.
@@ -145,9 +160,15 @@ class FakeKubeApi:
         """Send a BOOKMARK at a new resourceVersion (which changes nothing); returns it."""
         with self._cond:
             self._rv += 1
-            self._record(kind, "BOOKMARK", {"kind": _LIST[kind][1][:-4], "apiVersion":
-                                            _LIST[kind][0], "metadata": {
-                                                "resourceVersion": str(self._rv)}})
+            self._record(
+                kind,
+                "BOOKMARK",
+                {
+                    "kind": _LIST[kind][1][:-4],
+                    "apiVersion": _LIST[kind][0],
+                    "metadata": {"resourceVersion": str(self._rv)},
+                },
+            )
             return self._rv
 
     def expire(self, mode: str = "event") -> None:
@@ -222,8 +243,12 @@ class FakeKubeApi:
         if end < len(items):
             meta["continue"] = f"{snapshot}:{end}"
         api_version, list_kind = _LIST[kind]
-        return 200, {"apiVersion": api_version, "kind": list_kind, "metadata": meta,
-                     "items": items[offset:end]}
+        return 200, {
+            "apiVersion": api_version,
+            "kind": list_kind,
+            "metadata": meta,
+            "items": items[offset:end],
+        }
 
     def _gone_line(self, rv: int) -> bytes:
         status = _status(410, "Expired", f"too old resource version: {rv} ({self._compacted})")
@@ -317,8 +342,11 @@ class _Handler(BaseHTTPRequestHandler):
         history, rvs = api._history[stream.kind], api._history_rvs[stream.kind]
         while True:
             with api._cond:
-                while (pos >= len(history) and not (stream.drop or stream.gone or api._closing)
-                       and time.monotonic() < deadline):
+                while (
+                    pos >= len(history)
+                    and not (stream.drop or stream.gone or api._closing)
+                    and time.monotonic() < deadline
+                ):
                     api._cond.wait(min(0.25, max(0.0, deadline - time.monotonic())))
                 lines, line_rvs, pos = history[pos:], rvs[pos:], len(history)
                 gone, stream.gone = stream.gone, False

@@ -44,35 +44,43 @@ def _metric(text: str, name: str) -> float:
     raise AssertionError(f"{name} not in metrics")
 
 
-def test_agent_survives_a_server_kill(tmp_path: Path, gpuledger_cmd: list[str],
-                                      cli_env: dict[str, str]) -> None:
+def test_agent_survives_a_server_kill(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
     lib = nvml_stub.build(tmp_path)
     if lib is None:
         pytest.skip("no C compiler to build the NVML stand-in")
     config = nvml_stub.default_config().write(tmp_path / "stub.cfg")
     data, port, status_port = tmp_path / "data", _port(), _port()
     server_cmd = [*gpuledger_cmd, "serve", "--port", str(port), "--data-dir", str(data)]
-    env = {**cli_env, "NVML_STUB_CONFIG": str(config),
-           "GPULEDGER_AGENT__SERVER_URL": f"http://127.0.0.1:{port}",
-           "GPULEDGER_AGENT__NVML_LIBRARY": str(lib), "GPULEDGER_AGENT__INTERVAL_S": "0.5",
-           "GPULEDGER_AGENT__SPOOL_DIR": str(tmp_path / "spool"),
-           "GPULEDGER_AGENT__STATUS_HOST": "127.0.0.1",
-           "GPULEDGER_AGENT__STATUS_PORT": str(status_port),
-           "GPULEDGER_AGENT__NODE": "node-1", "GPULEDGER_AGENT__CLUSTER": "c1"}
+    env = {
+        **cli_env,
+        "NVML_STUB_CONFIG": str(config),
+        "GPULEDGER_AGENT__SERVER_URL": f"http://127.0.0.1:{port}",
+        "GPULEDGER_AGENT__NVML_LIBRARY": str(lib),
+        "GPULEDGER_AGENT__INTERVAL_S": "0.5",
+        "GPULEDGER_AGENT__SPOOL_DIR": str(tmp_path / "spool"),
+        "GPULEDGER_AGENT__STATUS_HOST": "127.0.0.1",
+        "GPULEDGER_AGENT__STATUS_PORT": str(status_port),
+        "GPULEDGER_AGENT__NODE": "node-1",
+        "GPULEDGER_AGENT__CLUSTER": "c1",
+    }
     logs = tmp_path / "logs"
     logs.mkdir()
     server_log = open(logs / "server.err", "wb")  # noqa: SIM115 - closed at the end
     agent_log = open(logs / "agent.err", "wb")  # noqa: SIM115 - closed at the end
 
     def start_server() -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(server_cmd, env=cli_env, stdout=subprocess.DEVNULL,
-                                stderr=server_log)
+        proc = subprocess.Popen(
+            server_cmd, env=cli_env, stdout=subprocess.DEVNULL, stderr=server_log
+        )
         _wait(f"http://127.0.0.1:{port}/healthz", lambda r: r.status_code == 200)
         return proc
 
     server = start_server()
-    agent = subprocess.Popen([*gpuledger_cmd, "agent"], env=env, stdout=subprocess.PIPE,
-                             stderr=agent_log, text=True)
+    agent = subprocess.Popen(
+        [*gpuledger_cmd, "agent"], env=env, stdout=subprocess.PIPE, stderr=agent_log, text=True
+    )
     metrics = f"http://127.0.0.1:{status_port}/metrics"
     try:
         _wait(metrics, lambda r: _metric(r.text, "gpuledger_agent_rows_sent_total") > 20)
@@ -95,10 +103,17 @@ def test_agent_survives_a_server_kill(tmp_path: Path, gpuledger_cmd: list[str],
     summary = out.strip().splitlines()[-1]
     collected = int(summary.split("collected ")[1].split()[0])
     assert summary.endswith("0 still spooled")
-    query = ("SELECT count(), uniqExact(gpu_uuid, mig_instance, ts), uniqExact(ts) "
-             "FROM gpuledger.gpu_samples")
-    got = subprocess.run([*gpuledger_cmd, "sql", query, "--format", "csv", "--data-dir",
-                          str(data)], env=cli_env, capture_output=True, text=True, timeout=120)
+    query = (
+        "SELECT count(), uniqExact(gpu_uuid, mig_instance, ts), uniqExact(ts) "
+        "FROM gpuledger.gpu_samples"
+    )
+    got = subprocess.run(
+        [*gpuledger_cmd, "sql", query, "--format", "csv", "--data-dir", str(data)],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     count, unique, instants = map(int, got.stdout.splitlines()[1].split(","))
     assert count == unique == collected  # every sample once, none lost, none twice
     assert instants > 10

@@ -20,28 +20,30 @@ C3 = "e3f5a7b9c1d3e5f7a9b1c3d5e7f9a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e3f5"
 C4 = "4a6c8e0f2b4d6f8a0c2e4f6a8b0d2f4a6c8e0b2d4f6a8c0e2a4c6e8f0b2d4f6a"
 
 
-@pytest.mark.parametrize(("pid", "pod_uid", "container_id", "job"), [
-    (2101, U1, C1, ""),  # v1 hybrid, cgroupfs, burstable: the v2 line is "/" and is skipped
-    (2102, U2, C2, ""),  # v1 systemd: underscores in the slice become dashes
-    (2103, U3, C3, ""),  # v2 systemd, besteffort, crio-<id>.scope
-    (2104, U4, C4, ""),  # v2 cgroupfs, guaranteed (no QoS level)
-    (2105, U4, C4, ""),  # v2 systemd, guaranteed
-    (2106, U2, "", ""),  # in the pod cgroup, not in a container
-    (2107, U3, C3, ""),  # kind: kubelet.slice/kubelet-kubepods-... prefix
-    (2108, "3c5f9a1e2b4d6f8091a2b3c4d5e6f708", C1, ""),  # static pod, docker-<id>.scope
-    (2201, "", "", "123"),  # Slurm v1
-    (2202, "", "", "456"),  # Slurm v2, batch step
-    (2203, "", "", "789"),  # Slurm v1, slurm_<node> root, extern step
-    (2204, "", "", "123"),  # Slurm v2, a later step of job 123
-    (2301, "", "", ""),  # host login session
-    (2302, "", "", ""),  # own cgroup namespace: only "/"
-    (2303, "", "", ""),  # plain docker: a container, but no pod
-    (2304, "", "", ""),  # look-alike "pod<uid>" and "job_<n>" outside kubepods/slurm
-])
+@pytest.mark.parametrize(
+    ("pid", "pod_uid", "container_id", "job"),
+    [
+        (2101, U1, C1, ""),  # v1 hybrid, cgroupfs, burstable: the v2 line is "/" and is skipped
+        (2102, U2, C2, ""),  # v1 systemd: underscores in the slice become dashes
+        (2103, U3, C3, ""),  # v2 systemd, besteffort, crio-<id>.scope
+        (2104, U4, C4, ""),  # v2 cgroupfs, guaranteed (no QoS level)
+        (2105, U4, C4, ""),  # v2 systemd, guaranteed
+        (2106, U2, "", ""),  # in the pod cgroup, not in a container
+        (2107, U3, C3, ""),  # kind: kubelet.slice/kubelet-kubepods-... prefix
+        (2108, "3c5f9a1e2b4d6f8091a2b3c4d5e6f708", C1, ""),  # static pod, docker-<id>.scope
+        (2201, "", "", "123"),  # Slurm v1
+        (2202, "", "", "456"),  # Slurm v2, batch step
+        (2203, "", "", "789"),  # Slurm v1, slurm_<node> root, extern step
+        (2204, "", "", "123"),  # Slurm v2, a later step of job 123
+        (2301, "", "", ""),  # host login session
+        (2302, "", "", ""),  # own cgroup namespace: only "/"
+        (2303, "", "", ""),  # plain docker: a container, but no pod
+        (2304, "", "", ""),  # look-alike "pod<uid>" and "job_<n>" outside kubepods/slurm
+    ],
+)
 def test_owner_from_fixture_files(pid: int, pod_uid: str, container_id: str, job: str) -> None:
     owner = owner_of_pid(pid, proc=PROC)
-    assert (owner.pod_uid, owner.container_id, owner.slurm_job_id) == (pod_uid, container_id,
-                                                                        job)
+    assert (owner.pod_uid, owner.container_id, owner.slurm_job_id) == (pod_uid, container_id, job)
     assert bool(owner.cgroup_path) == bool(pod_uid or job)
 
 
@@ -57,8 +59,7 @@ def test_exited_or_unreadable_process_has_unknown_owner(tmp_path: Path) -> None:
 
 
 def test_unified_hierarchy_wins_over_v1_lines() -> None:
-    text = (f"4:memory:/slurm/uid_1/job_1/step_0\n"
-            f"0::/kubepods/besteffort/pod{U1}/{C1}\n")
+    text = f"4:memory:/slurm/uid_1/job_1/step_0\n0::/kubepods/besteffort/pod{U1}/{C1}\n"
     assert parse_cgroup(text).pod_uid == U1
 
 

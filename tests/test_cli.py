@@ -14,10 +14,12 @@ from gpuledger.cli import format_rows
 pytestmark = pytest.mark.integration
 
 
-def run(cmd: list[str], env: dict[str, str], *args: str, timeout: float = 240
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+def run(
+    cmd: list[str], env: dict[str, str], *args: str, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*cmd, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
@@ -28,8 +30,9 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_sql_formats_and_db_status(tmp_path: Path, gpuledger_cmd: list[str],
-                                   cli_env: dict[str, str]) -> None:
+def test_sql_formats_and_db_status(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
     d = str(tmp_path / "d")
     proc = run(gpuledger_cmd, cli_env, "db", "status", "--data-dir", d)
     assert proc.returncode == 0, proc.stderr
@@ -39,22 +42,25 @@ def test_sql_formats_and_db_status(tmp_path: Path, gpuledger_cmd: list[str],
     assert "schema is up to date" in proc.stdout
     proc = run(gpuledger_cmd, cli_env, "db", "status", "--data-dir", d)
     assert "pending" not in proc.stdout and proc.stdout.count("applied") >= 20
-    query = ("SELECT number AS n, toString(number * 2) AS s FROM system.numbers LIMIT 3")
-    as_json = json.loads(run(gpuledger_cmd, cli_env, "sql", query, "--format", "json",
-                             "--data-dir", d).stdout)
+    query = "SELECT number AS n, toString(number * 2) AS s FROM system.numbers LIMIT 3"
+    as_json = json.loads(
+        run(gpuledger_cmd, cli_env, "sql", query, "--format", "json", "--data-dir", d).stdout
+    )
     assert as_json == [{"n": 0, "s": "0"}, {"n": 1, "s": "2"}, {"n": 2, "s": "4"}]
     as_csv = run(gpuledger_cmd, cli_env, "sql", query, "--format", "csv", "--data-dir", d).stdout
     assert as_csv.splitlines() == ["n,s", "0,0", "1,2", "2,4"]
 
 
-def test_bad_sql_is_one_line(tmp_path: Path, gpuledger_cmd: list[str],
-                             cli_env: dict[str, str]) -> None:
+def test_bad_sql_is_one_line(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
     proc = run(gpuledger_cmd, cli_env, "sql", "SELEC 1", "--data-dir", str(tmp_path / "d"))
     assert "Syntax error" in one_line_error(proc)
 
 
-def test_unknown_setting_is_one_line(tmp_path: Path, gpuledger_cmd: list[str],
-                                     cli_env: dict[str, str]) -> None:
+def test_unknown_setting_is_one_line(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text("[warehouse]\ndata_dri = 'x'\n")
     line = one_line_error(run(gpuledger_cmd, cli_env, "db", "status", "--config", str(cfg)))
@@ -64,31 +70,43 @@ def test_unknown_setting_is_one_line(tmp_path: Path, gpuledger_cmd: list[str],
     assert "'fair' is not one of weighted, even, none" in line
 
 
-@pytest.mark.parametrize(("dsn", "needle"), [
-    ("mysql://x@y/db", "is not a ClickHouse DSN"),
-    ("http://default:pw@127.0.0.1:9/gpuledger", "cannot reach ClickHouse at "
-     "http://default:***@127.0.0.1:9/gpuledger"),
-    ("chdb://relative/path", "must be an absolute path"),
-])
-def test_bad_dsn_is_one_line(dsn: str, needle: str, gpuledger_cmd: list[str],
-                             cli_env: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("dsn", "needle"),
+    [
+        ("mysql://x@y/db", "is not a ClickHouse DSN"),
+        (
+            "http://default:pw@127.0.0.1:9/gpuledger",
+            "cannot reach ClickHouse at http://default:***@127.0.0.1:9/gpuledger",
+        ),
+        ("chdb://relative/path", "must be an absolute path"),
+    ],
+)
+def test_bad_dsn_is_one_line(
+    dsn: str, needle: str, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
     line = one_line_error(run(gpuledger_cmd, cli_env, "db", "status", "--dsn", dsn))
     assert needle in line
     assert "pw" not in line  # credentials never printed
 
 
-def test_locked_data_dir_is_one_line(tmp_path: Path, gpuledger_cmd: list[str],
-                                     cli_env: dict[str, str]) -> None:
+def test_locked_data_dir_is_one_line(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
     d = tmp_path / "d"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from warehouse.client import connect; "
-         f"wh = connect('chdb://{d}'); print('ready', flush=True); time.sleep(120)"],
-        env=cli_env, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from warehouse.client import connect; "
+            f"wh = connect('chdb://{d}'); print('ready', flush=True); time.sleep(120)",
+        ],
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-        line = one_line_error(run(gpuledger_cmd, cli_env, "sql", "SELECT 1", "--data-dir",
-                                  str(d)))
+        line = one_line_error(run(gpuledger_cmd, cli_env, "sql", "SELECT 1", "--data-dir", str(d)))
         assert f"data directory {d} is in use by another process (PID {holder.pid})" in line
         assert "--data-dir" in line
     finally:

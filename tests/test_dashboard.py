@@ -29,9 +29,34 @@ def _frame() -> pl.DataFrame:
     rows = []
     for gpu, util in (("GPU-a", 0.6), ("GPU-b", 0.1)):
         for minute in range(180):
-            rows.append((H10 + dt.timedelta(minutes=minute), "c1", "n1", gpu, 0, "H100",
-                         "nvidia", "", "", util, None, None, 1, 2, 100.0, None, 40.0, 1500,
-                         None, "", "", "", "", "test"))
+            rows.append(
+                (
+                    H10 + dt.timedelta(minutes=minute),
+                    "c1",
+                    "n1",
+                    gpu,
+                    0,
+                    "H100",
+                    "nvidia",
+                    "",
+                    "",
+                    util,
+                    None,
+                    None,
+                    1,
+                    2,
+                    100.0,
+                    None,
+                    40.0,
+                    1500,
+                    None,
+                    "",
+                    "",
+                    "",
+                    "",
+                    "test",
+                )
+            )
     return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
 
 
@@ -39,17 +64,41 @@ def _frame() -> pl.DataFrame:
 def fleet(wh: Warehouse) -> Warehouse:
     ing = Ingestor(wh, 35, now=lambda: NOW)
     ing.write_samples(_frame())
-    ing.write_gpus([GpuInventory(H10, "c1", "p1", "n1", g, i, "H100") for i, g in
-                    enumerate(("GPU-a", "GPU-b"))])
-    common = {"cluster": "c1", "tenant": "ml/vision", "org": "ml", "project": "vision",
-              "gpu_model": "H100", "node": "n1"}
-    ing.write_job_events([
-        JobEvent(H10, job_id="j1", event="started", gpu_uuids=("GPU-a",), **common),
-        JobEvent(H10 + dt.timedelta(minutes=90), job_id="j1", event="finished",
-                 gpu_uuids=("GPU-a",), started_at=H10, **common),
-        JobEvent(H10 + dt.timedelta(hours=2), job_id="j2", event="started",
-                 gpu_uuids=("GPU-b",), gpu_fraction=0.5, **common),
-    ])
+    ing.write_gpus(
+        [
+            GpuInventory(H10, "c1", "p1", "n1", g, i, "H100")
+            for i, g in enumerate(("GPU-a", "GPU-b"))
+        ]
+    )
+    common = {
+        "cluster": "c1",
+        "tenant": "ml/vision",
+        "org": "ml",
+        "project": "vision",
+        "gpu_model": "H100",
+        "node": "n1",
+    }
+    ing.write_job_events(
+        [
+            JobEvent(H10, job_id="j1", event="started", gpu_uuids=("GPU-a",), **common),
+            JobEvent(
+                H10 + dt.timedelta(minutes=90),
+                job_id="j1",
+                event="finished",
+                gpu_uuids=("GPU-a",),
+                started_at=H10,
+                **common,
+            ),
+            JobEvent(
+                H10 + dt.timedelta(hours=2),
+                job_id="j2",
+                event="started",
+                gpu_uuids=("GPU-b",),
+                gpu_fraction=0.5,
+                **common,
+            ),
+        ]
+    )
     return wh
 
 
@@ -81,16 +130,20 @@ def test_overview_page_serves_real_numbers(fleet: Warehouse) -> None:
     assert "Overview" in layout  # the navigation
     assert "H100" not in layout and "c1" not in layout  # layouts hold no fleet data
 
-    outputs = [{"id": "overview-kpis", "property": "children"},
-               {"id": "overview-timeseries", "property": "figure"},
-               {"id": "overview-inventory", "property": "children"}]
+    outputs = [
+        {"id": "overview-kpis", "property": "children"},
+        {"id": "overview-timeseries", "property": "figure"},
+        {"id": "overview-inventory", "property": "children"},
+    ]
     body = {
         "output": "..overview-kpis.children...overview-timeseries.figure..."
-                  "overview-inventory.children..",
+        "overview-inventory.children..",
         "outputs": outputs,
-        "inputs": [{"id": "overview-cluster", "property": "value", "value": "c1"},
-                   {"id": "overview-range", "property": "value", "value": "30d"},
-                   {"id": "overview-refresh", "property": "n_intervals", "value": None}],
+        "inputs": [
+            {"id": "overview-cluster", "property": "value", "value": "c1"},
+            {"id": "overview-range", "property": "value", "value": "30d"},
+            {"id": "overview-refresh", "property": "n_intervals", "value": None},
+        ],
         "changedPropIds": ["overview-cluster.value"],
         "state": [],
     }

@@ -42,19 +42,35 @@ H100 = "NVIDIA H100 80GB HBM3"
 #: MANIFEST's card sizes; the old A100 exporter has no FB_RESERVED, so used + free only.
 EXPECTED = {
     "a100_40gb_mig_1g5gb__nvidia_cloud-native-docs.prom": (2, "", "ub20-a100-k8s", 40535),
-    "h100_80gb_hbm3_x8_podlabels__nvidia_aicr@156a357.prom":
-        (8, H100, "ip-10-0-171-111.ec2.internal", None),
-    "h100_80gb_hbm3_x8_podlabels__nvidia_aicr@19edc95.prom":
-        (8, H100, "ip-100-64-147-149.ec2.internal", None),
+    "h100_80gb_hbm3_x8_podlabels__nvidia_aicr@156a357.prom": (
+        8,
+        H100,
+        "ip-10-0-171-111.ec2.internal",
+        None,
+    ),
+    "h100_80gb_hbm3_x8_podlabels__nvidia_aicr@19edc95.prom": (
+        8,
+        H100,
+        "ip-100-64-147-149.ec2.internal",
+        None,
+    ),
     "l40s_upcloud__cncf_k8s-ai-conformance.prom": (1, "NVIDIA L40S", "gpu1-wl8sg", 46067),
     "l4_kops__cncf_k8s-ai-conformance.prom": (1, "NVIDIA L4", "i-030791dc5a37cd257", 23033),
     "readme_blank_sentinel__nvidia_cloud-native-docs.prom": (1, "", "127.0.0.1", None),
     "t4_ericsson-ccd__cncf_k8s-ai-conformance.prom": (1, "Tesla T4", "cp-bm14r7", 15358),
     "t4_rafay__cncf_k8s-ai-conformance.prom": (1, "Tesla T4", "ip-10-200-3-41", 15359),
-    "vgpu_grid_a100-10c_vks__cncf_k8s-ai-conformance.prom":
-        (1, "GRID A100-10C", "conformance-test-np1-qcqc8-bpdtl-wv2gs", 10239),
-    "vgpu_grid_a100-40c_vks__cncf_k8s-ai-conformance.prom":
-        (1, "GRID A100-40C", "test-ai-1-node-pool-40c-d5ds8-br9r6-9tb2c", 40959),
+    "vgpu_grid_a100-10c_vks__cncf_k8s-ai-conformance.prom": (
+        1,
+        "GRID A100-10C",
+        "conformance-test-np1-qcqc8-bpdtl-wv2gs",
+        10239,
+    ),
+    "vgpu_grid_a100-40c_vks__cncf_k8s-ai-conformance.prom": (
+        1,
+        "GRID A100-40C",
+        "test-ai-1-node-pool-40c-d5ds8-br9r6-9tb2c",
+        40959,
+    ),
 }
 A100 = "a100_40gb_mig_1g5gb__nvidia_cloud-native-docs.prom"
 BLANK = "readme_blank_sentinel__nvidia_cloud-native-docs.prom"
@@ -114,7 +130,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(reply.body)
             return
         for i in range(len(reply.body)):
-            self.wfile.write(reply.body[i:i + 1])
+            self.wfile.write(reply.body[i : i + 1])
             self.wfile.flush()
             if stub.stop.wait(reply.trickle_s):
                 return
@@ -201,8 +217,11 @@ def test_real_body_scraped_over_http(stub: Stub, name: str) -> None:
     else:
         assert all(s.memory_total_bytes is None for s in whole)
     # Every line of a metric we do not map was counted, none silently vanished.
-    unmapped = [ln.split("{")[0] for ln in read(name).splitlines()
-                if ln and not ln.startswith("#") and ln.split("{")[0] not in FIELDS]
+    unmapped = [
+        ln.split("{")[0]
+        for ln in read(name).splitlines()
+        if ln and not ln.startswith("#") and ln.split("{")[0] not in FIELDS
+    ]
     assert c.stats[url].unknown_lines == len(unmapped)
     frame = samples_frame(samples)
     assert frame.schema == SAMPLE_SCHEMA and frame.height == count
@@ -262,8 +281,9 @@ def _flex_mode_body() -> str:
         if "GPU_I_ID" in line:
             continue
         for gi in ("2", "1"):
-            out.append(line.replace('Hostname=', f'GPU_I_PROFILE="3g.20gb",GPU_I_ID="{gi}",'
-                                                 'Hostname='))
+            out.append(
+                line.replace("Hostname=", f'GPU_I_PROFILE="3g.20gb",GPU_I_ID="{gi}",Hostname=')
+            )
     return "\n".join(out) + "\n"
 
 
@@ -284,8 +304,10 @@ def test_mig_only_instance_series_device_fields_taken_once() -> None:
 def test_mig_device_field_missing_on_parent_taken_once_from_instances() -> None:
     lines = read(A100).splitlines()
     power = next(ln for ln in lines if ln.startswith("DCGM_FI_DEV_POWER_USAGE"))
-    moved = [power.replace("Hostname=", f'GPU_I_PROFILE="1g.5gb",GPU_I_ID="{gi}",Hostname=')
-             for gi in ("13", "14")]
+    moved = [
+        power.replace("Hostname=", f'GPU_I_PROFILE="1g.5gb",GPU_I_ID="{gi}",Hostname=')
+        for gi in ("13", "14")
+    ]
     body = "\n".join([ln for ln in lines if ln != power] + moved)
     parent, *instances = parse(body, NOW, "c")[0]
     assert parent.power_watts == pytest.approx(409.692)
@@ -303,9 +325,17 @@ def test_blank_sentinel_real_file_is_never_a_value() -> None:
     assert result.stats.blank_values == 1 and result.rejects == []
 
 
-BLANKS = ["2147483632", "2147483633", "2147483634", "2147483635",  # int32 family
-          "9223372036854775792", "9223372036854775794", "9223372036854775795",  # int64
-          "140737488355328.0", "140737488355330.000000"]  # FP64 family
+BLANKS = [
+    "2147483632",
+    "2147483633",
+    "2147483634",
+    "2147483635",  # int32 family
+    "9223372036854775792",
+    "9223372036854775794",
+    "9223372036854775795",  # int64
+    "140737488355328.0",
+    "140737488355330.000000",
+]  # FP64 family
 
 
 @pytest.mark.parametrize("value", BLANKS)
@@ -315,13 +345,19 @@ def test_blank_family_is_null_on_every_field(metric: str, value: str) -> None:
     result = parse_detailed(body, NOW, "c")
     (s,) = result.samples  # the GPU is still there, with the field NULL
     assert result.rejects == [] and result.stats.blank_values == 1
-    assert all(value is None for value in s[GpuSample._fields.index("gpu_util_ratio"):
-                                             GpuSample._fields.index("xid") + 1])
+    assert all(
+        value is None
+        for value in s[
+            GpuSample._fields.index("gpu_util_ratio") : GpuSample._fields.index("xid") + 1
+        ]
+    )
 
 
 def test_energy_counter_blank_only_in_int64_family() -> None:
-    body = ('DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-1"} 2147483640\n'
-            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="1",UUID="GPU-2"} 9223372036854775794\n')
+    body = (
+        'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-1"} 2147483640\n'
+        'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="1",UUID="GPU-2"} 9223372036854775794\n'
+    )
     one, two = parse(body, NOW, "c")[0]
     assert one.energy_millijoules == 2147483640  # a real reading: ~0.6 kWh, not a blank
     assert two.energy_millijoules is None
@@ -329,8 +365,11 @@ def test_energy_counter_blank_only_in_int64_family() -> None:
 
 def test_catalogue_types_match_the_mapping() -> None:
     def catalogue(name: str) -> dict[str, str]:
-        rows = (line.split(",") for line in read(name).splitlines()
-                if line.strip() and not line.startswith("#"))
+        rows = (
+            line.split(",")
+            for line in read(name).splitlines()
+            if line.strip() and not line.startswith("#")
+        )
         return {row[0].strip(): row[1].strip() for row in rows}
 
     default = catalogue("dcgm-exporter_default-counters.csv")
@@ -356,8 +395,11 @@ def test_parser_agrees_with_prometheus_client(name: str) -> None:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             metric = s.name
-            if family.type == "counter" and metric == family.name + "_total" and (
-                    metric not in names):
+            if (
+                family.type == "counter"
+                and metric == family.name + "_total"
+                and (metric not in names)
+            ):
                 metric = family.name  # prometheus_client renames counters; we do not
                 renamed += 1
             # prometheus_client keeps integer text as int; we read every value as a float.
@@ -369,20 +411,31 @@ def test_parser_agrees_with_prometheus_client(name: str) -> None:
 # --------------------------------------------------------------------------- label spellings
 
 LABEL_CASES = {
-    "current": ('UUID="GPU-a",Hostname="n1",pod="p",namespace="ns",container="c"',
-                ("GPU-a", "n1", "ns", "p", "c", "", "")),
-    "newest-hostname": ('UUID="GPU-a",hostname="n1",modelName="NVIDIA A10G"',
-                        ("GPU-a", "n1", "", "", "", "", "NVIDIA A10G")),
-    "use-old-namespace": ('uuid="GPU-a",Hostname="n1",pod_name="p",pod_namespace="ns",'
-                          'container_name="c"', ("GPU-a", "n1", "ns", "p", "c", "", "")),
-    "old-container": ('uuid="GPU-a",pod_name="p",pod_namespace="ns",pod_container_name="c"',
-                      ("GPU-a", "", "ns", "p", "c", "", "")),
+    "current": (
+        'UUID="GPU-a",Hostname="n1",pod="p",namespace="ns",container="c"',
+        ("GPU-a", "n1", "ns", "p", "c", "", ""),
+    ),
+    "newest-hostname": (
+        'UUID="GPU-a",hostname="n1",modelName="NVIDIA A10G"',
+        ("GPU-a", "n1", "", "", "", "", "NVIDIA A10G"),
+    ),
+    "use-old-namespace": (
+        'uuid="GPU-a",Hostname="n1",pod_name="p",pod_namespace="ns",container_name="c"',
+        ("GPU-a", "n1", "ns", "p", "c", "", ""),
+    ),
+    "old-container": (
+        'uuid="GPU-a",pod_name="p",pod_namespace="ns",pod_container_name="c"',
+        ("GPU-a", "", "ns", "p", "c", "", ""),
+    ),
     "prometheus-relabelled": (
         'UUID="GPU-a",Hostname="n1",exported_pod="p",exported_namespace="ns",'
         'exported_container="c",pod="dcgm-exporter-x",namespace="gpu-operator",container="exp"',
-        ("GPU-a", "n1", "ns", "p", "c", "", "")),
-    "hpc-job": ('UUID="GPU-a",hpc_job="4242",model_name="NVIDIA A100-SXM4-80GB"',
-                ("GPU-a", "", "", "", "", "4242", "NVIDIA A100-SXM4-80GB")),
+        ("GPU-a", "n1", "ns", "p", "c", "", ""),
+    ),
+    "hpc-job": (
+        'UUID="GPU-a",hpc_job="4242",model_name="NVIDIA A100-SXM4-80GB"',
+        ("GPU-a", "", "", "", "", "4242", "NVIDIA A100-SXM4-80GB"),
+    ),
     "spaces": (' UUID = "GPU-a" , Hostname="n1", ', ("GPU-a", "n1", "", "", "", "", "")),
 }
 
@@ -390,8 +443,9 @@ LABEL_CASES = {
 @pytest.mark.parametrize("case", sorted(LABEL_CASES))
 def test_label_spellings(case: str) -> None:
     labels, want = LABEL_CASES[case]
-    body = (f'DCGM_FI_DEV_GPU_UTIL{{gpu="3",{labels}}} 42\n'
-            f'DCGM_FI_DEV_FB_USED{{gpu="3",{labels}}} 10\n')
+    body = (
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="3",{labels}}} 42\nDCGM_FI_DEV_FB_USED{{gpu="3",{labels}}} 10\n'
+    )
     (s,), rejects = parse(body, NOW, "c")
     assert rejects == []
     got = (s.gpu_uuid, s.node, s.namespace, s.pod, s.container, s.job_id, s.gpu_model)
@@ -400,26 +454,32 @@ def test_label_spellings(case: str) -> None:
 
 
 def test_relabelled_body_ignores_plain_pod_of_the_exporter() -> None:
-    body = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",exported_pod="train",'
-            'exported_namespace="ml",pod="dcgm-exporter-x",namespace="gpu-operator"} 5\n'
-            'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b",pod="dcgm-exporter-x",'
-            'namespace="gpu-operator"} 0\n')
+    body = (
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",exported_pod="train",'
+        'exported_namespace="ml",pod="dcgm-exporter-x",namespace="gpu-operator"} 5\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b",pod="dcgm-exporter-x",'
+        'namespace="gpu-operator"} 0\n'
+    )
     held, free = parse(body, NOW, "c")[0]
     assert (held.namespace, held.pod) == ("ml", "train")
     assert (free.namespace, free.pod) == ("", "")  # not the exporter's own pod
 
 
 def test_time_sliced_gpu_gives_one_sample() -> None:
-    body = "".join(f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-a",pod="{p}",namespace="ns"}} 30\n'
-                   for p in ("b-pod", "a-pod"))
+    body = "".join(
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-a",pod="{p}",namespace="ns"}} 30\n'
+        for p in ("b-pod", "a-pod")
+    )
     result = parse_detailed(body, NOW, "c")
     (s,) = result.samples
     assert s.pod == "a-pod" and result.stats.shared_gpus == 1
 
 
 def test_exposition_timestamp_wins_over_now() -> None:
-    body = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 10 1700000000123\n'
-            'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b"} 10 99999999999999999\n')
+    body = (
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 10 1700000000123\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b"} 10 99999999999999999\n'
+    )
     (a, b), rejects = parse(body, NOW, "c")
     assert a.ts == dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=dt.UTC)
     assert b.ts == NOW and [r.field for r in rejects] == ["ts"]
@@ -488,12 +548,24 @@ def hostile_bodies(draw: st.DrawFn) -> str:
             at = draw(st.integers(0, len(line)))
             junk = draw(st.text(alphabet='{}",=\\ \t\n#e+-.0123456789NaIf_x', max_size=8))
             cut = draw(st.integers(0, 6)) if kind == 3 else 0
-            lines.append(line[:at] + junk + line[at + cut:])
+            lines.append(line[:at] + junk + line[at + cut :])
     return "\n".join(lines)
 
 
-IDENT_LABELS = ["gpu", "UUID", "uuid", "GPU_I_ID", "GPU_I_PROFILE", "Hostname", "pod",
-                "exported_pod", "namespace", "modelName", "device", "hpc_job"]
+IDENT_LABELS = [
+    "gpu",
+    "UUID",
+    "uuid",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "Hostname",
+    "pod",
+    "exported_pod",
+    "namespace",
+    "modelName",
+    "device",
+    "hpc_job",
+]
 
 
 LABEL_VALUES = ["0", "1", "GPU-a", "GPU-b", "13", "²", "٣", "9" * 30, ""]  # ² and ٣: isdigit()
@@ -510,8 +582,13 @@ def labelled_bodies(draw: st.DrawFn) -> str:
     for _ in range(draw(st.integers(1, 12))):
         label_value = st.one_of(st.text(max_size=10), st.sampled_from(LABEL_VALUES))
         labels = draw(st.dictionaries(st.sampled_from(IDENT_LABELS), label_value, max_size=7))
-        value = draw(st.one_of(st.floats(), st.integers(-2**65, 2**65),
-                               st.sampled_from([*BLANKS, "NaN", "+Inf", "-Inf", "1e400"])))
+        value = draw(
+            st.one_of(
+                st.floats(),
+                st.integers(-(2**65), 2**65),
+                st.sampled_from([*BLANKS, "NaN", "+Inf", "-Inf", "1e400"]),
+            )
+        )
         text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
         lines.append(f"{draw(st.sampled_from(sorted(FIELDS)))}{{{text}}} {value}")
     return "\n".join(lines)
@@ -545,8 +622,11 @@ def test_random_text_never_raises(body: str) -> None:
 
 def test_energy_counter_reset_is_kept_and_counted(stub: Stub) -> None:
     readings = [1_000_000, 400, 900]
-    stub.routes["/m"] = lambda n: Reply(body=(
-        f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",UUID="GPU-a"}} {readings[n]}\n').encode())
+    stub.routes["/m"] = lambda n: Reply(
+        body=(
+            f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",UUID="GPU-a"}} {readings[n]}\n'
+        ).encode()
+    )
     with collector(stub.url("/m")) as c:
         got = [c.collect(NOW).samples[0].energy_millijoules for _ in readings]
     assert got == readings
@@ -574,18 +654,24 @@ def test_retries_with_backoff_then_success(stub: Stub) -> None:
     stub.routes["/flaky"] = lambda n: Reply(503) if n < 2 else Reply(body=body)
     sleeps: list[float] = []
     url = stub.url("/flaky")
-    with collector(url, retries=3, backoff_s=0.1, backoff_max_s=1.0, sleep=sleeps.append,
-                   rng=random.Random(7)) as c:
+    with collector(
+        url, retries=3, backoff_s=0.1, backoff_max_s=1.0, sleep=sleeps.append, rng=random.Random(7)
+    ) as c:
         batch = c.collect(NOW)
     assert len(batch.samples) == 1 and stub.hits["/flaky"] == 3
     assert c.stats[url].retries == 2 and c.failures[url] == 0 and c.last_error[url] == ""
     assert 0.05 <= sleeps[0] <= 0.1 and 0.1 <= sleeps[1] <= 0.2
 
 
-@pytest.mark.parametrize(("reply", "attempts", "error"), [
-    (Reply(503), 3, "HTTP 503"), (Reply(429), 3, "HTTP 429"), (Reply(404), 1, "HTTP 404"),
-    (Reply(body=b"# " + b"x" * (2 * MIB) + b"\n"), 1, "body over"),
-])
+@pytest.mark.parametrize(
+    ("reply", "attempts", "error"),
+    [
+        (Reply(503), 3, "HTTP 503"),
+        (Reply(429), 3, "HTTP 429"),
+        (Reply(404), 1, "HTTP 404"),
+        (Reply(body=b"# " + b"x" * (2 * MIB) + b"\n"), 1, "body over"),
+    ],
+)
 def test_which_failures_are_retried(stub: Stub, reply: Reply, attempts: int, error: str) -> None:
     stub.routes["/t"] = lambda n: reply
     url = stub.url("/t")
@@ -598,8 +684,9 @@ def test_which_failures_are_retried(stub: Stub, reply: Reply, attempts: int, err
 
 @given(st.integers(0, 40), st.integers(0, 2**32))
 def test_backoff_is_exponential_capped_and_jittered(attempt: int, seed: int) -> None:
-    fetcher = TextFetcher(requests.Session(), backoff_s=0.2, backoff_max_s=2.0,
-                          rng=random.Random(seed))
+    fetcher = TextFetcher(
+        requests.Session(), backoff_s=0.2, backoff_max_s=2.0, rng=random.Random(seed)
+    )
     ceiling = min(2.0, 0.2 * 2**attempt)
     assert ceiling / 2 <= fetcher.backoff(attempt) <= ceiling
     fetcher.session.close()

@@ -20,9 +20,13 @@ NOW = dt.datetime(2026, 11, 20, 12, 0, 5, tzinfo=dt.UTC)
 
 
 def _settings(wh: Warehouse, gpus: int = 16, seed: int = 3):
-    return load_settings(env={}, overrides={
-        "simulator": {"days": 0.25, "gpus": gpus, "seed": seed, "cluster": "demo-t"},
-        "warehouse": {"database": wh.database}})
+    return load_settings(
+        env={},
+        overrides={
+            "simulator": {"days": 0.25, "gpus": gpus, "seed": seed, "cluster": "demo-t"},
+            "warehouse": {"database": wh.database},
+        },
+    )
 
 
 def test_backfill_then_restart_continues_without_gap_or_duplicate(wh: Warehouse) -> None:
@@ -35,15 +39,18 @@ def test_backfill_then_restart_continues_without_gap_or_duplicate(wh: Warehouse)
     later = NOW + dt.timedelta(minutes=20)
     second = DemoRun.start(wh, _settings(wh), now=later)  # a new process on the same data
     assert second.resumed_from == dt.datetime(2026, 11, 20, 12, 0, 0, tzinfo=dt.UTC)
-    rows = wh.rows(f"SELECT count(), uniqExact(gpu_uuid, ts), uniqExact(ts), "
-                   f"toUnixTimestamp(max(ts)) - toUnixTimestamp(min(ts)) "
-                   f"FROM {wh.database}.gpu_samples")
+    rows = wh.rows(
+        f"SELECT count(), uniqExact(gpu_uuid, ts), uniqExact(ts), "
+        f"toUnixTimestamp(max(ts)) - toUnixTimestamp(min(ts)) "
+        f"FROM {wh.database}.gpu_samples"
+    )
     count, unique, instants, span = rows[0]
     assert count == unique  # no sample written twice
     assert instants == span // 10 + 1  # one instant every 10 s, no gap at the restart
     assert wh.rows(f"SELECT sum(samples) FROM {wh.database}.gpu_samples_1m") == [(count,)]
-    events = wh.rows(f"SELECT count(), uniqExact(job_id, attempt, event, ts) "
-                     f"FROM {wh.database}.job_events")
+    events = wh.rows(
+        f"SELECT count(), uniqExact(job_id, attempt, event, ts) FROM {wh.database}.job_events"
+    )
     assert events[0][0] == events[0][1]
 
 
@@ -62,9 +69,24 @@ def _free_port() -> int:
 
 
 def _start(cmd: list[str], env: dict[str, str], data: Path, port: int) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([*cmd, "demo", "--days", "0.1", "--gpus", "8", "--port", str(port),
-                             "--data-dir", str(data)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            *cmd,
+            "demo",
+            "--days",
+            "0.1",
+            "--gpus",
+            "8",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -85,21 +107,36 @@ def _start(cmd: list[str], env: dict[str, str], data: Path, port: int) -> subpro
 
 
 def _count(cmd: list[str], env: dict[str, str], data: Path) -> int:
-    out = subprocess.run([*cmd, "sql", "SELECT count() FROM gpuledger.gpu_samples",
-                          "--format", "csv", "--data-dir", str(data)], env=env,
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [
+            *cmd,
+            "sql",
+            "SELECT count() FROM gpuledger.gpu_samples",
+            "--format",
+            "csv",
+            "--data-dir",
+            str(data),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     return int(out.splitlines()[1])
 
 
-def test_served_demo_survives_a_kill(tmp_path: Path, gpuledger_cmd: list[str],
-                                     cli_env: dict[str, str]) -> None:
+def test_served_demo_survives_a_kill(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
     data, port = tmp_path / "d", _free_port()
     proc = _start(gpuledger_cmd, cli_env, data, port)
     try:
         page = requests.get(f"http://127.0.0.1:{port}/", timeout=10)
         assert page.status_code == 200 and "gpuledger" in page.text
         assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json() == {
-            "status": "ok"}
+            "status": "ok"
+        }
     finally:
         proc.kill()  # no chance to clean up
         proc.wait()

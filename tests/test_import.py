@@ -5,11 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 
+from conftest import SHARED
+
 from collector import traces
 from warehouse.client import Warehouse
 from warehouse.ingest import Ingestor
-
-from conftest import SHARED
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 V2023 = SHARED / "data" / "alibaba-gpu-v2023"
@@ -24,14 +24,20 @@ def test_v2025_gpu_hours_per_app_agree_with_the_trace(wh: Warehouse) -> None:
         events.extend(batch.job_events)
     counts = wh.rows(
         f"SELECT uniqExact(job_id), uniqExact(tenant), uniqExactIf(job_id, pool = 'HN') "
-        f"FROM {wh.database}.job_events")
+        f"FROM {wh.database}.job_events"
+    )
     assert counts == [(23_871, 156, 7_386)]
     a, b = traces.alibaba_v2025_window(V2025, START)
     expected = traces.gpu_hours_by_tenant(events, a, b)
-    got = dict(wh.rows(
-        f"SELECT tenant, sum(fraction * dateDiff('millisecond', greatest(start_ts, {{a:DateTime64(3)}}),"
-        f" least(coalesce(end_ts, {{b:DateTime64(3)}}), {{b:DateTime64(3)}}))) / 3600000 "
-        f"FROM {wh.database}.allocations FINAL GROUP BY tenant", {"a": a, "b": b}))
+    got = dict(
+        wh.rows(
+            "SELECT tenant, sum(fraction * dateDiff('millisecond', "
+            "greatest(start_ts, {a:DateTime64(3)}), "
+            "least(coalesce(end_ts, {b:DateTime64(3)}), {b:DateTime64(3)}))) / 3600000 "
+            f"FROM {wh.database}.allocations FINAL GROUP BY tenant",
+            {"a": a, "b": b},
+        )
+    )
     assert set(got) <= set(expected)
     for tenant, hours in expected.items():
         assert abs(got.get(tenant, 0.0) - hours) < 1e-6 * max(1.0, hours), tenant
@@ -40,20 +46,57 @@ def test_v2025_gpu_hours_per_app_agree_with_the_trace(wh: Warehouse) -> None:
 def test_import_v2023_from_the_command_line(tmp_path, gpuledger_cmd, cli_env) -> None:
     d = str(tmp_path / "d")
     proc = subprocess.run(
-        [*gpuledger_cmd, "import", "alibaba-v2023", "--nodes",
-         str(V2023 / "openb_node_list_all_node.csv"), "--pods",
-         str(V2023 / "openb_pod_list_default.csv"), "--start", "2026-01-01T00:00:00+00:00",
-         "--data-dir", d], env=cli_env, capture_output=True, text=True, timeout=300)
+        [
+            *gpuledger_cmd,
+            "import",
+            "alibaba-v2023",
+            "--nodes",
+            str(V2023 / "openb_node_list_all_node.csv"),
+            "--pods",
+            str(V2023 / "openb_pod_list_default.csv"),
+            "--start",
+            "2026-01-01T00:00:00+00:00",
+            "--data-dir",
+            d,
+        ],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     out = subprocess.run(
-        [*gpuledger_cmd, "sql",
-         "SELECT (SELECT uniqExact(node) FROM gpuledger.node_inventory_log) AS nodes, "
-         "(SELECT count() FROM gpuledger.gpus FINAL) AS gpus, "
-         "(SELECT uniqExact(job_id) FROM gpuledger.job_events) AS pods",
-         "--format", "csv", "--data-dir", d], env=cli_env, capture_output=True, text=True,
-        timeout=120)
+        [
+            *gpuledger_cmd,
+            "sql",
+            "SELECT (SELECT uniqExact(node) FROM gpuledger.node_inventory_log) AS nodes, "
+            "(SELECT count() FROM gpuledger.gpus FINAL) AS gpus, "
+            "(SELECT uniqExact(job_id) FROM gpuledger.job_events) AS pods",
+            "--format",
+            "csv",
+            "--data-dir",
+            d,
+        ],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.stdout.splitlines()[1] == "1523,6212,8152"
-    bad = subprocess.run([*gpuledger_cmd, "import", "alibaba-v2025", str(V2025), "--start",
-                          "2026-01-01", "--data-dir", d], env=cli_env, capture_output=True,
-                         text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            *gpuledger_cmd,
+            "import",
+            "alibaba-v2025",
+            str(V2025),
+            "--start",
+            "2026-01-01",
+            "--data-dir",
+            d,
+        ],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "has no UTC offset" in bad.stderr

@@ -17,19 +17,32 @@ def ingestor(wh: Warehouse, retention_days: int = 35) -> Ingestor:
 
 
 def sample(ts: dt.datetime, gpu: str = "GPU-a", **kw: object) -> GpuSample:
-    base = {"cluster": "c1", "node": "n1", "gpu_uuid": gpu, "gpu_index": 0,
-            "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_util_ratio": 0.5,
-            "memory_used_bytes": 10, "memory_total_bytes": 100, "power_watts": 300.0,
-            "source": "test"}
+    base = {
+        "cluster": "c1",
+        "node": "n1",
+        "gpu_uuid": gpu,
+        "gpu_index": 0,
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "gpu_util_ratio": 0.5,
+        "memory_used_bytes": 10,
+        "memory_total_bytes": 100,
+        "power_watts": 300.0,
+        "source": "test",
+    }
     base.update(kw)
     return GpuSample(ts=ts, **base)  # type: ignore[arg-type]
 
 
 def frame(n_gpus: int, start: dt.datetime, minutes: int, step_s: int = 10) -> pl.DataFrame:
     rows = [
-        sample(start + dt.timedelta(seconds=s), f"GPU-{g}", gpu_index=g,
-               gpu_util_ratio=((g * 7 + s) % 100) / 100)
-        for g in range(n_gpus) for s in range(0, minutes * 60, step_s)
+        sample(
+            start + dt.timedelta(seconds=s),
+            f"GPU-{g}",
+            gpu_index=g,
+            gpu_util_ratio=((g * 7 + s) % 100) / 100,
+        )
+        for g in range(n_gpus)
+        for s in range(0, minutes * 60, step_s)
     ]
     return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
 
@@ -52,8 +65,10 @@ def test_resending_a_batch_writes_nothing_twice(wh: Warehouse) -> None:
     for _ in range(2):  # a retry after a timeout, twice
         ing.write_samples(batch)
     assert count(wh, "gpu_samples") == batch.height
-    assert rollup_totals(wh, "gpu_samples_1m") == (batch.height, round(
-        float(batch["gpu_util_ratio"].sum()), 3))
+    assert rollup_totals(wh, "gpu_samples_1m") == (
+        batch.height,
+        round(float(batch["gpu_util_ratio"].sum()), 3),
+    )
     assert rollup_totals(wh, "gpu_samples_1h")[0] == batch.height
     # a different batch is written
     ing.write_samples(frame(4, dt.datetime(2026, 11, 19, 0, 10, tzinfo=dt.UTC), 1))
@@ -82,8 +97,10 @@ def test_bad_rows_are_quarantined_with_field_and_reason(wh: Warehouse) -> None:
     result = ingestor(wh).write_samples([*good, *bad.values()])
     assert result.written["gpu_samples"] == 2
     assert result.quarantined_total == len(bad)
-    rows = wh.rows(f"SELECT field, reason, payload FROM {wh.database}.quarantine "
-                   "WHERE kind = 'gpu_sample' ORDER BY field")
+    rows = wh.rows(
+        f"SELECT field, reason, payload FROM {wh.database}.quarantine "
+        "WHERE kind = 'gpu_sample' ORDER BY field"
+    )
     assert {r[0] for r in rows} == set(bad)
     by_field = {r[0]: r for r in rows}
     assert "within 0-1" in by_field["gr_engine_active_ratio"][1]
@@ -94,8 +111,9 @@ def test_bad_rows_are_quarantined_with_field_and_reason(wh: Warehouse) -> None:
 
 def test_values_of_the_wrong_type_are_quarantined(wh: Warehouse) -> None:
     t = dt.datetime(2026, 11, 20, 11, 0, tzinfo=dt.UTC)
-    result = ingestor(wh).write_samples([
-        sample(t), sample(t, power_watts="lots"), sample(dt.datetime(2026, 11, 20, 11, 0))])
+    result = ingestor(wh).write_samples(
+        [sample(t), sample(t, power_watts="lots"), sample(dt.datetime(2026, 11, 20, 11, 0))]
+    )
     assert result.written["gpu_samples"] == 1
     fields = sorted(r[0] for r in wh.rows(f"SELECT field FROM {wh.database}.quarantine"))
     assert fields == ["power_watts", "ts"]
@@ -123,10 +141,12 @@ def test_rollups_agree_with_raw(wh: Warehouse) -> None:
     ingestor(wh).write_samples(batch)
     per_hour = wh.frame(
         f"SELECT gpu_uuid, toStartOfHour(ts) AS h, count() AS n, sum(util_ratio) AS u, "
-        f"max(util_ratio) AS mx FROM {wh.database}.gpu_samples GROUP BY gpu_uuid, h")
+        f"max(util_ratio) AS mx FROM {wh.database}.gpu_samples GROUP BY gpu_uuid, h"
+    )
     rolled = wh.frame(
         f"SELECT gpu_uuid, ts AS h, sum(samples) AS n, sum(util_ratio_sum) AS u, "
-        f"max(util_ratio_max) AS mx FROM {wh.database}.gpu_samples_1h GROUP BY gpu_uuid, h")
+        f"max(util_ratio_max) AS mx FROM {wh.database}.gpu_samples_1h GROUP BY gpu_uuid, h"
+    )
     joined = per_hour.join(rolled, on=["gpu_uuid", "h"], suffix="_r")
     assert joined.height == per_hour.height == rolled.height == 3 * 3
     assert (joined["n"] == joined["n_r"]).all()
@@ -136,31 +156,50 @@ def test_rollups_agree_with_raw(wh: Warehouse) -> None:
 
 def test_engine_activity_is_preferred_over_gpu_util(wh: Warehouse) -> None:
     t = dt.datetime(2026, 11, 20, 11, 0, tzinfo=dt.UTC)
-    ingestor(wh).write_samples([sample(t, gpu_util_ratio=0.9, gr_engine_active_ratio=0.3),
-                                sample(t, "GPU-b", gpu_util_ratio=0.8)])
-    got = dict(wh.rows(f"SELECT gpu_uuid, round(toFloat64(util_ratio), 2) FROM {wh.database}.gpu_samples"))
+    ingestor(wh).write_samples(
+        [
+            sample(t, gpu_util_ratio=0.9, gr_engine_active_ratio=0.3),
+            sample(t, "GPU-b", gpu_util_ratio=0.8),
+        ]
+    )
+    got = dict(
+        wh.rows(f"SELECT gpu_uuid, round(toFloat64(util_ratio), 2) FROM {wh.database}.gpu_samples")
+    )
     assert got == {"GPU-a": 0.3, "GPU-b": 0.8}
 
 
 def event(ts_min: int, kind: str, **kw: object) -> JobEvent:
-    base = {"cluster": "c1", "job_id": "j1", "tenant": "ml/vision", "org": "ml",
-            "project": "vision", "user": "ana", "pool": "p1", "gpu_model": "H100",
-            "gpus_requested": 2.0, "node": "n1", "workload_type": "training"}
+    base = {
+        "cluster": "c1",
+        "job_id": "j1",
+        "tenant": "ml/vision",
+        "org": "ml",
+        "project": "vision",
+        "user": "ana",
+        "pool": "p1",
+        "gpu_model": "H100",
+        "gpus_requested": 2.0,
+        "node": "n1",
+        "workload_type": "training",
+    }
     base.update(kw)
     return JobEvent(ts=NOW + dt.timedelta(minutes=ts_min), event=kind, **base)  # type: ignore[arg-type]
 
 
 def allocations(wh: Warehouse) -> list[tuple]:
-    return wh.rows(f"SELECT job_id, attempt, gpu_uuid, fraction, start_ts, end_ts, end_event "
-                   f"FROM {wh.database}.allocations FINAL ORDER BY job_id, attempt, gpu_uuid")
+    return wh.rows(
+        f"SELECT job_id, attempt, gpu_uuid, fraction, start_ts, end_ts, end_event "
+        f"FROM {wh.database}.allocations FINAL ORDER BY job_id, attempt, gpu_uuid"
+    )
 
 
 def test_job_events_open_and_close_allocations_in_any_order(wh: Warehouse) -> None:
     gpus = ("GPU-a", "GPU-b")
     submitted = event(0, "submitted")
     started = event(5, "started", gpu_uuids=gpus)
-    preempted = event(65, "preempted", gpu_uuids=gpus, started_at=started.ts,
-                      reason="preempted by j9")
+    preempted = event(
+        65, "preempted", gpu_uuids=gpus, started_at=started.ts, reason="preempted by j9"
+    )
     restarted = event(70, "started", attempt=1, gpu_uuids=("GPU-c",), gpu_fraction=0.5)
     ing = ingestor(wh)
     # terminal first, then the start, then the rest: the same intervals result
@@ -169,16 +208,20 @@ def test_job_events_open_and_close_allocations_in_any_order(wh: Warehouse) -> No
     ing.write_job_events([restarted])
     rows = allocations(wh)
     assert [(r[0], r[1], r[2], r[3], r[6]) for r in rows] == [
-        ("j1", 0, "GPU-a", 1.0, "preempted"), ("j1", 0, "GPU-b", 1.0, "preempted"),
-        ("j1", 1, "GPU-c", 0.5, "")]
+        ("j1", 0, "GPU-a", 1.0, "preempted"),
+        ("j1", 0, "GPU-b", 1.0, "preempted"),
+        ("j1", 1, "GPU-c", 0.5, ""),
+    ]
     assert rows[0][4] == started.ts and rows[0][5] == preempted.ts
     assert rows[2][5] is None  # still running
     # a terminal event that does not say when its attempt started is closed from the warehouse
     ing.write_job_events([event(90, "finished", attempt=1, gpu_uuids=("GPU-c",))])
     closed = allocations(wh)[2]
     assert closed[4] == restarted.ts and closed[5] == NOW + dt.timedelta(minutes=90)
-    state = wh.rows(f"SELECT argMaxMerge(state), min(submitted_at), max(attempts) "
-                    f"FROM {wh.database}.jobs GROUP BY cluster, job_id")
+    state = wh.rows(
+        f"SELECT argMaxMerge(state), min(submitted_at), max(attempts) "
+        f"FROM {wh.database}.jobs GROUP BY cluster, job_id"
+    )
     assert state == [("finished", submitted.ts, 1)]
     # re-sending events changes nothing
     ing.write_job_events([started, submitted])
@@ -187,8 +230,9 @@ def test_job_events_open_and_close_allocations_in_any_order(wh: Warehouse) -> No
 
 def test_bad_events_and_inventory_are_quarantined(wh: Warehouse) -> None:
     ing = ingestor(wh)
-    result = ing.write_job_events([event(0, "exploded"), event(1, "started", gpu_fraction=1.5),
-                                   event(2, "submitted")])
+    result = ing.write_job_events(
+        [event(0, "exploded"), event(1, "started", gpu_fraction=1.5), event(2, "submitted")]
+    )
     assert result.written["job_events"] == 1
     assert result.quarantined_total == 2
     inv = ing.write_gpus([GpuInventory(NOW, "c1", "p1", "n1", "GPU-a", 0, "H100", health="sad")])
@@ -199,22 +243,36 @@ def test_bad_events_and_inventory_are_quarantined(wh: Warehouse) -> None:
 
 def test_inventory_latest_state_wins(wh: Warehouse) -> None:
     ing = ingestor(wh)
-    rows = [GpuInventory(NOW + dt.timedelta(hours=h), "c1", "p1", "n1", "GPU-a", 0, "H100",
-                         health=state, health_reason=reason)
-            for h, state, reason in ((0, "healthy", ""), (2, "unhealthy", "Xid 79"),
-                                     (1, "healthy", ""))]
+    rows = [
+        GpuInventory(
+            NOW + dt.timedelta(hours=h),
+            "c1",
+            "p1",
+            "n1",
+            "GPU-a",
+            0,
+            "H100",
+            health=state,
+            health_reason=reason,
+        )
+        for h, state, reason in ((0, "healthy", ""), (2, "unhealthy", "Xid 79"), (1, "healthy", ""))
+    ]
     ing.write_gpus(rows)
     assert count(wh, "gpu_inventory_log") == 3
     assert wh.rows(f"SELECT health, health_reason FROM {wh.database}.gpus FINAL") == [
-        ("unhealthy", "Xid 79")]
+        ("unhealthy", "Xid 79")
+    ]
 
 
 def test_config_records_and_decimal_prices(wh: Warehouse) -> None:
     ing = ingestor(wh)
-    ing.write_config(tenants=[Tenant("ml/vision", "ml", "vision")],
-                     prices=[Price(NOW, "H100", "2.990000"), Price(NOW, "A100", "abc")])
+    ing.write_config(
+        tenants=[Tenant("ml/vision", "ml", "vision")],
+        prices=[Price(NOW, "H100", "2.990000"), Price(NOW, "A100", "abc")],
+    )
     assert wh.rows(f"SELECT gpu_model, toString(price) FROM {wh.database}.price_book") == [
-        ("H100", "2.99")]
+        ("H100", "2.99")
+    ]
     assert count(wh, "quarantine", "kind = 'price'") == 1
     assert count(wh, "tenants") == 1
 
@@ -222,23 +280,42 @@ def test_config_records_and_decimal_prices(wh: Warehouse) -> None:
 def test_source_rejects_are_quarantined_once(wh: Warehouse) -> None:
     from collector.records import Batch, Reject
 
-    rejects = [Reject("dcgm:http://n1:9400/metrics", "gpu_sample", "line", "DCGM_FI_DEV_X{",
-                      "unterminated label set", "DCGM_FI_DEV_X{ 1")]
+    rejects = [
+        Reject(
+            "dcgm:http://n1:9400/metrics",
+            "gpu_sample",
+            "line",
+            "DCGM_FI_DEV_X{",
+            "unterminated label set",
+            "DCGM_FI_DEV_X{ 1",
+        )
+    ]
     batch = Batch(samples=[sample(NOW - dt.timedelta(minutes=1))], rejects=rejects)
     first = ingestor(wh).write(batch, batch_id="scrape-1")
     ingestor(wh).write(batch, batch_id="scrape-1")
     assert first.quarantined == {"unterminated label set": 1}
     assert wh.rows(f"SELECT source, kind, field, reason FROM {wh.database}.quarantine") == [
-        ("dcgm:http://n1:9400/metrics", "gpu_sample", "line", "unterminated label set")]
+        ("dcgm:http://n1:9400/metrics", "gpu_sample", "line", "unterminated label set")
+    ]
 
 
 def test_jobs_without_placement_hold_their_requested_gpus(wh: Warehouse) -> None:
     ing = ingestor(wh)
-    ing.write_job_events([event(0, "submitted", gpus_requested=3.0),
-                          event(10, "started", gpus_requested=3.0, node=""),
-                          event(70, "finished", gpus_requested=3.0, node="")])
-    ing.write_job_events([event(0, "submitted", job_id="q", gpus_requested=1.0),
-                          event(5, "cancelled", job_id="q", gpus_requested=1.0)])
-    rows = wh.rows(f"SELECT job_id, gpu_uuid, fraction, dateDiff('minute', start_ts, end_ts) "
-                   f"FROM {wh.database}.allocations FINAL")
+    ing.write_job_events(
+        [
+            event(0, "submitted", gpus_requested=3.0),
+            event(10, "started", gpus_requested=3.0, node=""),
+            event(70, "finished", gpus_requested=3.0, node=""),
+        ]
+    )
+    ing.write_job_events(
+        [
+            event(0, "submitted", job_id="q", gpus_requested=1.0),
+            event(5, "cancelled", job_id="q", gpus_requested=1.0),
+        ]
+    )
+    rows = wh.rows(
+        f"SELECT job_id, gpu_uuid, fraction, dateDiff('minute', start_ts, end_ts) "
+        f"FROM {wh.database}.allocations FINAL"
+    )
     assert rows == [("j1", "", 3.0, 60)]  # the job that never started holds nothing

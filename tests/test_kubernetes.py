@@ -38,8 +38,10 @@ from collector.tenancy import TenantMapper
 DATA = Path(__file__).parent / "data" / "k8s"
 T0 = dt.datetime(2025, 3, 3, 10, 0, tzinfo=dt.UTC)
 NOW = dt.datetime(2025, 3, 4, 0, 0, tzinfo=dt.UTC)
-RULES = [TenantRule("namespace", "ml-vision", "ml/vision"),
-         TenantRule("label", "team=search", "web/search", rank=10)]
+RULES = [
+    TenantRule("namespace", "ml-vision", "ml/vision"),
+    TenantRule("label", "team=search", "web/search", rank=10),
+]
 
 
 def at(minutes: float) -> dt.datetime:
@@ -54,47 +56,89 @@ def load(name: str) -> Any:
     return json.loads((DATA / name).read_text())
 
 
-def pod(name: str, *, resources: dict[str, str] | None = None, owner: str = "Job",
-        labels: dict[str, str] | None = None, ns: str = "ml-vision", gated: bool = False,
-        annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def pod(
+    name: str,
+    *,
+    resources: dict[str, str] | None = None,
+    owner: str = "Job",
+    labels: dict[str, str] | None = None,
+    ns: str = "ml-vision",
+    gated: bool = False,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A pending pod asking for one whole GPU unless ``resources`` says otherwise."""
     res = {"nvidia.com/gpu": "1"} if resources is None else resources
-    meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": f"uid-{name}",
-                            "creationTimestamp": iso(0), "labels": labels or {},
-                            "annotations": annotations or {}}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": ns,
+        "uid": f"uid-{name}",
+        "creationTimestamp": iso(0),
+        "labels": labels or {},
+        "annotations": annotations or {},
+    }
     if owner:
-        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": owner, "name": "owner",
-                                    "uid": f"owner-{name}", "controller": True}]
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": owner,
+                "name": "owner",
+                "uid": f"owner-{name}",
+                "controller": True,
+            }
+        ]
     spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {"requests": res}}]}
     if gated:
         spec["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
-            "status": {"phase": "Pending"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
 
 
 def scheduled(p: dict[str, Any], node: str = "gpu-node-01") -> dict[str, Any]:
     p = copy.deepcopy(p)
     p["spec"]["nodeName"] = node
     p["spec"].pop("schedulingGates", None)
-    p["status"]["conditions"] = [{"type": "PodScheduled", "status": "True",
-                                  "lastTransitionTime": iso(1)}]
+    p["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": iso(1)}
+    ]
     return p
 
 
 def running(p: dict[str, Any]) -> dict[str, Any]:
     p = scheduled(p)
-    p["status"].update(phase="Running", containerStatuses=[
-        {"name": "main", "state": {"running": {"startedAt": iso(2)}}}])
+    p["status"].update(
+        phase="Running",
+        containerStatuses=[{"name": "main", "state": {"running": {"startedAt": iso(2)}}}],
+    )
     return p
 
 
-def ended(p: dict[str, Any], phase: str, exit_reason: str = "Completed", code: int = 0,
-          **status: Any) -> dict[str, Any]:
+def ended(
+    p: dict[str, Any], phase: str, exit_reason: str = "Completed", code: int = 0, **status: Any
+) -> dict[str, Any]:
     """``p`` after its container ran from minute 2 to 10; ``status`` adds pod-level fields."""
     p = running(p)
-    p["status"].update(phase=phase, containerStatuses=[{"name": "main", "state": {"terminated": {
-        "startedAt": iso(2), "finishedAt": iso(10), "exitCode": code, "reason": exit_reason}}}],
-        **status)
+    p["status"].update(
+        phase=phase,
+        containerStatuses=[
+            {
+                "name": "main",
+                "state": {
+                    "terminated": {
+                        "startedAt": iso(2),
+                        "finishedAt": iso(10),
+                        "exitCode": code,
+                        "reason": exit_reason,
+                    }
+                },
+            }
+        ],
+        **status,
+    )
     return p
 
 
@@ -127,9 +171,14 @@ def api(fake: FakeKubeApi) -> Iterator[k8s.ApiClient]:
 
 
 def make(api: k8s.ApiClient, **kw: Any) -> KubernetesCollector:
-    options: dict[str, Any] = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05,
-                               "request_timeout_s": 5.0, "watch_timeout_s": 30,
-                               "clock": lambda: NOW, **kw}
+    options: dict[str, Any] = {
+        "backoff_initial_s": 0.01,
+        "backoff_max_s": 0.05,
+        "request_timeout_s": 5.0,
+        "watch_timeout_s": 30,
+        "clock": lambda: NOW,
+        **kw,
+    }
     return KubernetesCollector(api, "c1", TenantMapper(RULES), **options)
 
 
@@ -191,8 +240,19 @@ def start(api: k8s.ApiClient, fake: FakeKubeApi) -> Iterator[Callable[..., Runne
 
 
 # -- pure readers -------------------------------------------------------------------------------
-@pytest.mark.parametrize(("text", "value"), [("1", 1), ("8", 8), ("500m", 0.5), ("16Gi", 2**34),
-                                             ("1e3", 1000), ("2k", 2000), (".5", 0.5), (4, 4)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1", 1),
+        ("8", 8),
+        ("500m", 0.5),
+        ("16Gi", 2**34),
+        ("1e3", 1000),
+        ("2k", 2000),
+        (".5", 0.5),
+        (4, 4),
+    ],
+)
 def test_quantities(text: object, value: float) -> None:
     assert parse_quantity(text) == pytest.approx(value)
 
@@ -214,23 +274,26 @@ def test_mig_fractions() -> None:
         mig_fraction("9g.1tb")
 
 
-@pytest.mark.parametrize(("labels", "owner", "expected"), [
-    ({}, "Job", "training"),
-    ({}, "PyTorchJob", "training"),
-    ({}, "MPIJob", "training"),
-    ({}, "RayJob", "training"),
-    ({"ray.io/originated-from-crd": "RayJob"}, "RayCluster", "training"),
-    ({"ray.io/originated-from-crd": "RayService"}, "RayCluster", "inference"),
-    ({"pod-template-hash": "5d8f7c9b6"}, "ReplicaSet", "inference"),  # a Deployment's
-    ({}, "ReplicaSet", "other"),
-    ({"serving.kserve.io/inferenceservice": "llm"}, "ReplicaSet", "inference"),
-    ({"notebook-name": "alice-nb"}, "StatefulSet", "notebook"),
-    ({}, "StatefulSet", "other"),
-    ({"app.kubernetes.io/component": "inference"}, "Job", "inference"),  # batch inference
-    ({"app.kubernetes.io/component": "notebook"}, "", "notebook"),
-    ({"gpuledger.io/workload-type": "training"}, "Deployment", "training"),
-    ({}, "", "other"),
-])
+@pytest.mark.parametrize(
+    ("labels", "owner", "expected"),
+    [
+        ({}, "Job", "training"),
+        ({}, "PyTorchJob", "training"),
+        ({}, "MPIJob", "training"),
+        ({}, "RayJob", "training"),
+        ({"ray.io/originated-from-crd": "RayJob"}, "RayCluster", "training"),
+        ({"ray.io/originated-from-crd": "RayService"}, "RayCluster", "inference"),
+        ({"pod-template-hash": "5d8f7c9b6"}, "ReplicaSet", "inference"),  # a Deployment's
+        ({}, "ReplicaSet", "other"),
+        ({"serving.kserve.io/inferenceservice": "llm"}, "ReplicaSet", "inference"),
+        ({"notebook-name": "alice-nb"}, "StatefulSet", "notebook"),
+        ({}, "StatefulSet", "other"),
+        ({"app.kubernetes.io/component": "inference"}, "Job", "inference"),  # batch inference
+        ({"app.kubernetes.io/component": "notebook"}, "", "notebook"),
+        ({"gpuledger.io/workload-type": "training"}, "Deployment", "training"),
+        ({}, "", "other"),
+    ],
+)
 def test_workload_type(labels: dict[str, str], owner: str, expected: str) -> None:
     assert workload_type(labels, owner) == expected
 
@@ -239,27 +302,40 @@ def test_workload_type(labels: dict[str, str], owner: str, expected: str) -> Non
 def test_gpu_requests_whole_shared_and_mig(fake: FakeKubeApi, api: k8s.ApiClient) -> None:
     fake.put("nodes", node("sliced", **{"nvidia.com/gpu.replicas": "4"}))
     whole = load("pod_pytorchjob_worker.json")
-    whole["spec"]["initContainers"] = [{"name": "warmup", "resources": {
-        "limits": {"nvidia.com/gpu": "2"}}}]  # less than the containers' 8: they win
+    whole["spec"]["initContainers"] = [
+        {"name": "warmup", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+    ]  # less than the containers' 8: they win
     fake.put("pods", whole)
     fake.put("pods", scheduled(pod("shared", resources={"nvidia.com/gpu.shared": "2"}), "sliced"))
     fake.put("pods", pod("shared-unplaced", resources={"nvidia.com/gpu.shared": "1"}))
     mig = pod("mig", resources={"nvidia.com/mig-1g.10gb": "2"})
     mig["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     fake.put("pods", mig)
-    fake.put("pods", pod("init-heavy", resources={}) | {"spec": {
-        "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
-        "initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}})
+    fake.put(
+        "pods",
+        pod("init-heavy", resources={})
+        | {
+            "spec": {
+                "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+                "initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+            }
+        },
+    )
     fake.put("pods", pod("cpu-only", resources={"cpu": "4"}))
 
     batch = make(api, shared_gpu_replicas=2).poll_once()
     first = {e.name: e for e in batch.job_events if e.event == "submitted"}
     assert set(first) == {"llama-ft-worker-0", "shared", "shared-unplaced", "mig", "init-heavy"}
-    assert (first["llama-ft-worker-0"].gpus_requested, first["llama-ft-worker-0"].gpu_fraction,
-            first["llama-ft-worker-0"].gpu_model) == (8.0, 1.0, "NVIDIA-H100-80GB-HBM3")
+    assert (
+        first["llama-ft-worker-0"].gpus_requested,
+        first["llama-ft-worker-0"].gpu_fraction,
+        first["llama-ft-worker-0"].gpu_model,
+    ) == (8.0, 1.0, "NVIDIA-H100-80GB-HBM3")
     assert (first["shared"].gpus_requested, first["shared"].gpu_fraction) == (0.5, 0.25)
     assert (first["shared-unplaced"].gpus_requested, first["shared-unplaced"].gpu_fraction) == (
-        0.5, 0.5)  # node unknown: shared_gpu_replicas
+        0.5,
+        0.5,
+    )  # node unknown: shared_gpu_replicas
     assert first["mig"].gpus_requested == pytest.approx(2 / 7, abs=1e-6)
     assert first["mig"].gpu_fraction == pytest.approx(1 / 7)
     assert first["mig"].gpu_model == "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
@@ -274,9 +350,16 @@ def test_gpu_requests_whole_shared_and_mig(fake: FakeKubeApi, api: k8s.ApiClient
 def test_attributes_tenant_user_queue_priority(fake: FakeKubeApi, api: k8s.ApiClient) -> None:
     fake.put("nodes", node())
     fake.put("pods", scheduled(load("pod_pytorchjob_worker.json")))
-    fake.put("pods", pod("search-nb", ns="team-x", owner="StatefulSet",
-                         labels={"team": "search", "notebook-name": "nb"},
-                         annotations={"gpuledger.io/user": "bob"}))
+    fake.put(
+        "pods",
+        pod(
+            "search-nb",
+            ns="team-x",
+            owner="StatefulSet",
+            labels={"team": "search", "notebook-name": "nb"},
+            annotations={"gpuledger.io/user": "bob"},
+        ),
+    )
     fake.put("pods", pod("stray", ns="default"))
     events = {(e.name, e.event): e for e in make(api, kueue=False).poll_once().job_events}
 
@@ -284,13 +367,25 @@ def test_attributes_tenant_user_queue_priority(fake: FakeKubeApi, api: k8s.ApiCl
     assert worker.job_id == "5f2c1c8e-6a0e-4a53-9d3b-0c6b8f0a1e01"
     assert (worker.tenant, worker.org, worker.project) == ("ml/vision", "ml", "vision")
     assert (worker.user, worker.queue, worker.priority, worker.priority_class) == (
-        "alice", "vision-queue", 1000, "research-high")
-    assert (worker.workload_type, worker.node, worker.pool) == ("training", "gpu-node-01",
-                                                                 "h100-pool")
+        "alice",
+        "vision-queue",
+        1000,
+        "research-high",
+    )
+    assert (worker.workload_type, worker.node, worker.pool) == (
+        "training",
+        "gpu-node-01",
+        "h100-pool",
+    )
     assert (worker.ts, worker.gpu_uuids, worker.source) == (at(1), (), "kubernetes")
     nb = events["search-nb", "submitted"]
     assert (nb.tenant, nb.org, nb.project, nb.user, nb.workload_type) == (
-        "web/search", "web", "search", "bob", "notebook")
+        "web/search",
+        "web",
+        "search",
+        "bob",
+        "notebook",
+    )
     assert events["stray", "submitted"].tenant == "__unmapped__"
 
 
@@ -302,7 +397,11 @@ def test_full_lifecycle_in_order(fake: FakeKubeApi, start: Callable[..., Runner]
         fake.put("pods", state)
     events = runner.wait_events(4)
     assert [(e.event, e.ts) for e in events] == [
-        ("submitted", at(0)), ("admitted", at(1)), ("started", at(2)), ("finished", at(10))]
+        ("submitted", at(0)),
+        ("admitted", at(1)),
+        ("started", at(2)),
+        ("finished", at(10)),
+    ]
     assert events[-1].started_at == at(2) and events[0].started_at is None
     assert {e.job_id for e in events} == {"uid-train-0"}
     fake.delete("pods", "ml-vision/train-0")  # a finished pod going away says nothing new
@@ -314,20 +413,38 @@ def test_full_lifecycle_in_order(fake: FakeKubeApi, start: Callable[..., Runner]
 def test_endings_and_their_reasons(fake: FakeKubeApi, start: Callable[..., Runner]) -> None:
     runner = start(kueue=False)
     preempted = running(pod("preempted"))
-    preempted["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True",
-                                              "reason": "PreemptionByScheduler",
-                                              "lastTransitionTime": iso(9)})
+    preempted["status"]["conditions"].append(
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "lastTransitionTime": iso(9),
+        }
+    )
     drained = running(pod("drained"))
-    drained["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True",
-                                            "reason": "EvictionByEvictionAPI"})
-    for final in (ended(pod("oom"), "Failed", "OOMKilled", 137),
-                  ended(pod("crash"), "Failed", "Error", 1),
-                  ended(pod("late"), "Failed", "Error", 137, reason="DeadlineExceeded"),
-                  ended(pod("pressure"), "Failed", "Error", 137, reason="Evicted",
-                        message="The node was low on resource: memory.")):
+    drained["status"]["conditions"].append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    )
+    for final in (
+        ended(pod("oom"), "Failed", "OOMKilled", 137),
+        ended(pod("crash"), "Failed", "Error", 1),
+        ended(pod("late"), "Failed", "Error", 137, reason="DeadlineExceeded"),
+        ended(
+            pod("pressure"),
+            "Failed",
+            "Error",
+            137,
+            reason="Evicted",
+            message="The node was low on resource: memory.",
+        ),
+    ):
         fake.put("pods", final)
-    for name, doomed in (("pending", pod("pending")), ("busy", running(pod("busy"))),
-                         ("preempted", preempted), ("drained", drained)):
+    for name, doomed in (
+        ("pending", pod("pending")),
+        ("busy", running(pod("busy"))),
+        ("preempted", preempted),
+        ("drained", drained),
+    ):
         fake.put("pods", doomed)
         fake.delete("pods", f"ml-vision/{name}")
     gated = pod("gated", gated=True)
@@ -335,19 +452,29 @@ def test_endings_and_their_reasons(fake: FakeKubeApi, start: Callable[..., Runne
     gate_off = copy.deepcopy(gated)
     del gate_off["spec"]["schedulingGates"]
     fake.put("pods", gate_off)
-    runner.wait(lambda r: len({e.job_id for e in r.events if e.event not in (
-        "submitted", "admitted", "started")}) == 8 and any(
-        e.name == "gated" and e.event == "admitted" for e in r.events))
+    runner.wait(
+        lambda r: (
+            len({e.job_id for e in r.events if e.event not in ("submitted", "admitted", "started")})
+            == 8
+            and any(e.name == "gated" and e.event == "admitted" for e in r.events)
+        )
+    )
     last = {e.name: (e.event, e.reason) for e in runner.events}
     assert last == {
-        "oom": ("failed", "OOMKilled"), "crash": ("failed", "Error (exit code 1)"),
-        "late": ("failed", "DeadlineExceeded"), "pressure": ("evicted", "Evicted"),
+        "oom": ("failed", "OOMKilled"),
+        "crash": ("failed", "Error (exit code 1)"),
+        "late": ("failed", "DeadlineExceeded"),
+        "pressure": ("evicted", "Evicted"),
         "pending": ("cancelled", "deleted while pending"),
         "busy": ("cancelled", "deleted while running"),
         "preempted": ("preempted", "PreemptionByScheduler"),
-        "drained": ("evicted", "EvictionByEvictionAPI"), "gated": ("admitted", "")}
-    assert steps(runner.events, "uid-pending") == [("submitted", ""),
-                                                   ("cancelled", "deleted while pending")]
+        "drained": ("evicted", "EvictionByEvictionAPI"),
+        "gated": ("admitted", ""),
+    }
+    assert steps(runner.events, "uid-pending") == [
+        ("submitted", ""),
+        ("cancelled", "deleted while pending"),
+    ]
     oom = [e for e in runner.events if e.name == "oom"]
     assert [e.event for e in oom] == ["submitted", "admitted", "started", "failed"]
     assert (oom[-1].ts, oom[-1].started_at) == (at(10), at(2))
@@ -366,7 +493,8 @@ def test_resume_after_dropped_connection(fake: FakeKubeApi, start: Callable[...,
     runner.wait_events(15)
     time.sleep(0.2)  # anything duplicated would arrive now
     assert Counter((e.job_id, e.event) for e in runner.events) == {
-        (f"uid-w{i}", step): 1 for i in range(5) for step in ("submitted", "admitted", "started")}
+        (f"uid-w{i}", step): 1 for i in range(5) for step in ("submitted", "admitted", "started")
+    }
     watches = [q["resourceVersion"] for q in fake.watch_requests("pods")]
     assert watches == [str(first_rv), str(first_rv + 3)]  # resumed right after event 3
     fake.drop_watches()  # and a connection reset while idle
@@ -383,7 +511,8 @@ def test_resume_after_dropped_connection(fake: FakeKubeApi, start: Callable[...,
 
 @pytest.mark.parametrize("mode", ["event", "http"])
 def test_relist_after_410_emits_what_was_missed_once(
-        fake: FakeKubeApi, start: Callable[..., Runner], mode: str) -> None:
+    fake: FakeKubeApi, start: Callable[..., Runner], mode: str
+) -> None:
     for name in ("done-in-gap", "gone-pending", "gone-running", "untouched"):
         fake.put("pods", running(pod(name)) if name != "gone-pending" else pod(name))
     runner = start(kueue=False)
@@ -395,11 +524,15 @@ def test_relist_after_410_emits_what_was_missed_once(
     fake.expire(mode)
     runner.wait_events(len(before) + 6)
     time.sleep(0.2)
-    after = runner.events[len(before):]
+    after = runner.events[len(before) :]
     assert sorted((e.name, e.event, e.reason) for e in after) == [
-        ("born-in-gap", "admitted", ""), ("born-in-gap", "started", ""),
-        ("born-in-gap", "submitted", ""), ("done-in-gap", "finished", ""),
-        ("gone-pending", "cancelled", GAP_REASON), ("gone-running", "finished", GAP_REASON)]
+        ("born-in-gap", "admitted", ""),
+        ("born-in-gap", "started", ""),
+        ("born-in-gap", "submitted", ""),
+        ("done-in-gap", "finished", ""),
+        ("gone-pending", "cancelled", GAP_REASON),
+        ("gone-running", "finished", GAP_REASON),
+    ]
     assert next(e for e in after if e.name == "done-in-gap").ts == at(10)  # from the object
     assert len(fake.list_requests("pods")) == 2
     assert runner.collector.stats.relists_410 >= 1
@@ -454,28 +587,40 @@ def test_kueue_admission_and_preemption(fake: FakeKubeApi, start: Callable[..., 
     other["metadata"].update(name="llama-ft-worker-1", uid="uid-worker-1", annotations={})
     fake.put("pods", other)
     retry = copy.deepcopy(other)  # a replacement pod an hour into the run waited for nothing
-    retry["metadata"].update(name="llama-ft-worker-1-retry", uid="uid-retry",
-                             creationTimestamp=iso(60))
+    retry["metadata"].update(
+        name="llama-ft-worker-1-retry", uid="uid-retry", creationTimestamp=iso(60)
+    )
     fake.put("pods", retry)
     runner = start()
     runner.wait_events(6)
     assert [(e.event, e.ts) for e in runner.events if e.job_id == "uid-worker-1"] == [
-        ("submitted", at(-20)), ("admitted", at(-5))]
+        ("submitted", at(-20)),
+        ("admitted", at(-5)),
+    ]
     assert [(e.event, e.ts) for e in runner.events if e.job_id == "uid-retry"] == [
-        ("submitted", at(60)), ("admitted", at(60))]
+        ("submitted", at(60)),
+        ("admitted", at(60)),
+    ]
     submitted, admitted = [e for e in runner.events if e.name == "llama-ft-worker-0"]
     # queued since the Workload was created (09:40), admitted by Kueue at 09:55
     assert (submitted.event, submitted.ts) == ("submitted", at(-20))
-    assert (admitted.event, admitted.ts, admitted.reason) == ("admitted", at(-5),
-                                                              "ClusterQueue vision-cq")
+    assert (admitted.event, admitted.ts, admitted.reason) == (
+        "admitted",
+        at(-5),
+        "ClusterQueue vision-cq",
+    )
     assert admitted.queue == "vision-queue" and admitted.priority == 1000
     fake.put("pods", running(worker))
     runner.wait_events(7)
     workload["status"]["conditions"] += [
-        {"type": "Evicted", "status": "True", "reason": "Preempted",
-         "lastTransitionTime": iso(5)},
-        {"type": "Preempted", "status": "True", "reason": "InClusterQueue",
-         "lastTransitionTime": iso(5)}]
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "lastTransitionTime": iso(5)},
+        {
+            "type": "Preempted",
+            "status": "True",
+            "reason": "InClusterQueue",
+            "lastTransitionTime": iso(5),
+        },
+    ]
     fake.put("workloads", workload)
     time.sleep(0.1)
     assert len(runner.events) == 7  # evicting the Workload does not end a pod by itself
@@ -484,16 +629,20 @@ def test_kueue_admission_and_preemption(fake: FakeKubeApi, start: Callable[..., 
     assert (events[-1].event, events[-1].reason) == ("preempted", "kueue:InClusterQueue")
 
 
-def test_kueue_workload_arriving_after_a_gated_pod(fake: FakeKubeApi,
-                                                  start: Callable[..., Runner]) -> None:
+def test_kueue_workload_arriving_after_a_gated_pod(
+    fake: FakeKubeApi, start: Callable[..., Runner]
+) -> None:
     plain = pod("plain", owner="", gated=True, labels={"kueue.x-k8s.io/queue-name": "q"})
     fake.put("pods", plain)
     runner = start()
     runner.wait_events(1)
     workload = load("workload_pytorchjob.json")  # Kueue's pod integration: the pod owns it
-    workload["metadata"].update(name="pod-plain-1", namespace="ml-vision", labels={},
-                                ownerReferences=[{"apiVersion": "v1", "kind": "Pod",
-                                                  "name": "plain", "uid": "uid-plain"}])
+    workload["metadata"].update(
+        name="pod-plain-1",
+        namespace="ml-vision",
+        labels={},
+        ownerReferences=[{"apiVersion": "v1", "kind": "Pod", "name": "plain", "uid": "uid-plain"}],
+    )
     admitted = workload["status"]["conditions"]
     workload["status"]["conditions"] = []
     fake.put("workloads", workload)
@@ -522,7 +671,10 @@ def test_runs_without_kueue() -> None:
                 time.sleep(0.01)
             assert not runner.rejects
             assert [e.event for e in make(client).poll_once().job_events] == [
-                "submitted", "admitted", "started"]  # polling shrugs off the 404 too
+                "submitted",
+                "admitted",
+                "started",
+            ]  # polling shrugs off the 404 too
         finally:
             runner.stop.set()
             runner.thread.join(5)
@@ -551,11 +703,18 @@ def test_node_inventory(fake: FakeKubeApi, api: k8s.ApiClient) -> None:
     nodes = {n.node: n for n in batch.nodes}
     h100 = nodes["gpu-node-01"]
     assert (h100.pool, h100.gpu_model, h100.gpu_count, h100.state) == (
-        "h100-pool", "NVIDIA-H100-80GB-HBM3", 8, "ready")
+        "h100-pool",
+        "NVIDIA-H100-80GB-HBM3",
+        8,
+        "ready",
+    )
     assert (h100.cpu_milli, h100.memory_bytes, h100.ts) == (192_000, 2097152000 * 1024, NOW)
     assert {k: (n.state, n.state_reason) for k, n in nodes.items() if k != "gpu-node-01"} == {
-        "cordoned": ("notready", "cordoned"), "sick": ("notready", "KubeletNotReady"),
-        "lost": ("down", "NodeStatusUnknown"), "plain": ("ready", "")}
+        "cordoned": ("notready", "cordoned"),
+        "sick": ("notready", "KubeletNotReady"),
+        "lost": ("down", "NodeStatusUnknown"),
+        "plain": ("ready", ""),
+    }
     plain_node = nodes["plain"]
     assert (plain_node.gpu_count, plain_node.cpu_milli, plain_node.pool) == (4, None, "")
     assert [(r.field, r.value) for r in batch.rejects] == [("status.capacity[cpu]", "abc")]
@@ -568,7 +727,8 @@ def test_node_inventory(fake: FakeKubeApi, api: k8s.ApiClient) -> None:
     fake.delete("nodes", "sick")
     again = collector.poll_once()
     assert [(n.node, n.state, n.state_reason) for n in again.nodes] == [
-        ("sick", "retired", "deleted between polls")]
+        ("sick", "retired", "deleted between polls")
+    ]
     assert {g.health for g in again.gpus} == {"retired"} and not again.rejects
     assert make(api).poll_once().gpus == ()  # no placeholders unless asked
 
@@ -581,7 +741,8 @@ def test_node_deleted_while_watched(fake: FakeKubeApi, start: Callable[..., Runn
     runner.wait(lambda r: any(n.state == "retired" for b in r.batches for n in b.nodes))
     retired = [n for b in runner.batches for n in b.nodes if n.state == "retired"]
     assert [(n.node, n.state_reason, n.gpu_count) for n in retired] == [
-        ("gpu-node-01", "node deleted", 8)]
+        ("gpu-node-01", "node deleted", 8)
+    ]
 
 
 # -- bad input ------------------------------------------------------------------------------------
@@ -593,20 +754,23 @@ def test_malformed_objects_become_rejects(fake: FakeKubeApi, start: Callable[...
     fake.put("pods", pod("good"))  # the stream goes on after all of them
     runner.wait(lambda r: len(r.rejects) == len(cases) and len(r.events) == 1)
     assert [(r.field, r.kind, r.source) for r in runner.rejects] == [
-        (c["field"], "job_event", "kubernetes:c1/pods") for c in cases]
+        (c["field"], "job_event", "kubernetes:c1/pods") for c in cases
+    ]
     bad_qty = runner.rejects[2]
     assert (bad_qty.value, json.loads(bad_qty.payload)["metadata"]["name"]) == ("abc", "bad-qty")
     assert [r.value for r in runner.rejects[3:5]] == ["-2", "500m"]
     assert steps(runner.events, "uid-good") == [("submitted", "")]
 
 
-def test_a_relist_does_not_quarantine_the_same_version_twice(fake: FakeKubeApi,
-                                                             api: k8s.ApiClient) -> None:
+def test_a_relist_does_not_quarantine_the_same_version_twice(
+    fake: FakeKubeApi, api: k8s.ApiClient
+) -> None:
     bad = load("malformed_pods.json")[2]["object"]
     fake.put("pods", bad)
     collector = make(api, kueue=False)
     assert [r.field for r in collector.poll_once().rejects] == [
-        "spec.containers[0].resources[nvidia.com/gpu]"]
+        "spec.containers[0].resources[nvidia.com/gpu]"
+    ]
     assert collector.poll_once().rejects == ()
     bad["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "-1"
     fake.put("pods", bad)  # a new version is new input
@@ -614,19 +778,21 @@ def test_a_relist_does_not_quarantine_the_same_version_twice(fake: FakeKubeApi,
 
 
 # -- polling --------------------------------------------------------------------------------------
-def test_poll_once_pages_and_reports_only_new_transitions(fake: FakeKubeApi,
-                                                          api: k8s.ApiClient) -> None:
+def test_poll_once_pages_and_reports_only_new_transitions(
+    fake: FakeKubeApi, api: k8s.ApiClient
+) -> None:
     for i in range(5):
         fake.put("pods", pod(f"p{i}"))
     collector = make(api, page_size=2)
     first = collector.poll_once()
     assert sorted(e.name for e in first.job_events) == [f"p{i}" for i in range(5)]
-    assert [q.get("continue", "") != "" for q in fake.list_requests("pods")] == [
-        False, True, True]
+    assert [q.get("continue", "") != "" for q in fake.list_requests("pods")] == [False, True, True]
     fake.put("pods", running(pod("p0")))
     fake.delete("pods", "ml-vision/p1")
     second = collector.poll_once()
     assert sorted((e.name, e.event, e.reason) for e in second.job_events) == [
-        ("p0", "admitted", ""), ("p0", "started", ""), ("p1", "cancelled",
-                                                         "deleted between polls")]
+        ("p0", "admitted", ""),
+        ("p0", "started", ""),
+        ("p1", "cancelled", "deleted between polls"),
+    ]
     assert collector.poll_once().job_events == ()

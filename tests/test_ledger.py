@@ -47,8 +47,34 @@ def _samples() -> pl.DataFrame:
     def gpu(uuid: str, model: str, util: float, holder, mig: str = "") -> None:
         for minute in range(-60, 11 * 60):
             t = T0 + dt.timedelta(minutes=minute)
-            rows.append((t, "c1", "n1", uuid, 0, model, "nvidia", mig, "", util(t), None, None,
-                         None, None, None, None, None, None, None, "", "", "", holder(t), "t"))
+            rows.append(
+                (
+                    t,
+                    "c1",
+                    "n1",
+                    uuid,
+                    0,
+                    model,
+                    "nvidia",
+                    mig,
+                    "",
+                    util(t),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    "",
+                    "",
+                    "",
+                    holder(t),
+                    "t",
+                )
+            )
 
     gpu("G1", "H100", lambda t: 0.5 if t < h(4) else 0.0, lambda t: "j1" if t < h(4) else "")
     gpu("G2", "H100", lambda t: 0.0, lambda t: "j2" if h(2) <= t < h(3) else "")
@@ -63,26 +89,63 @@ def cluster(wh: Warehouse) -> Warehouse:
     ing = Ingestor(wh, 35, now=lambda: T10 + dt.timedelta(hours=2))
     assert ing.write_samples(_samples()).quarantined_total == 0
     before = T0 - dt.timedelta(days=1)
-    inv = [GpuInventory(before, "c1", "p1", "n1", "G1", 0, "H100"),
-           GpuInventory(before, "c1", "p1", "n1", "G2", 1, "H100"),
-           GpuInventory(h(5), "c1", "p1", "n1", "G2", 1, "H100", health="unhealthy",
-                        health_reason="Xid 79: GPU has fallen off the bus"),
-           GpuInventory(before, "c1", "p1", "n1", "G3", 2, "L40S"),
-           GpuInventory(before, "c1", "p1", "n1", "G4", 3, "A100", mig_instance="1",
-                        capacity_fraction=0.5),
-           GpuInventory(before, "c1", "p1", "n1", "G4", 3, "A100", mig_instance="2",
-                        capacity_fraction=0.5)]
+    inv = [
+        GpuInventory(before, "c1", "p1", "n1", "G1", 0, "H100"),
+        GpuInventory(before, "c1", "p1", "n1", "G2", 1, "H100"),
+        GpuInventory(
+            h(5),
+            "c1",
+            "p1",
+            "n1",
+            "G2",
+            1,
+            "H100",
+            health="unhealthy",
+            health_reason="Xid 79: GPU has fallen off the bus",
+        ),
+        GpuInventory(before, "c1", "p1", "n1", "G3", 2, "L40S"),
+        GpuInventory(
+            before, "c1", "p1", "n1", "G4", 3, "A100", mig_instance="1", capacity_fraction=0.5
+        ),
+        GpuInventory(
+            before, "c1", "p1", "n1", "G4", 3, "A100", mig_instance="2", capacity_fraction=0.5
+        ),
+    ]
     assert ing.write_gpus(inv).quarantined_total == 0
     tenants = {"A": ("ml", "vision"), "B": ("ml", "audio"), "C": ("web", "search")}
 
-    def ev(t: dt.datetime, job: str, kind: str, tenant: str, gpu: str, model: str,
-           share: float = 1.0, mig: str = "", started: dt.datetime | None = None) -> JobEvent:
+    def ev(
+        t: dt.datetime,
+        job: str,
+        kind: str,
+        tenant: str,
+        gpu: str,
+        model: str,
+        share: float = 1.0,
+        mig: str = "",
+        started: dt.datetime | None = None,
+    ) -> JobEvent:
         org, project = tenants[tenant]
-        return JobEvent(t, "c1", job, kind, tenant=f"{org}/{project}", org=org,
-                        project=project, user=f"u{tenant}", pool="p1", queue=f"q{tenant}",
-                        gpu_model=model, gpus_requested=share, gpu_fraction=share, node="n1",
-                        gpu_uuids=(gpu,), mig_instances=(mig,) if mig else (),
-                        started_at=started, workload_type="training")
+        return JobEvent(
+            t,
+            "c1",
+            job,
+            kind,
+            tenant=f"{org}/{project}",
+            org=org,
+            project=project,
+            user=f"u{tenant}",
+            pool="p1",
+            queue=f"q{tenant}",
+            gpu_model=model,
+            gpus_requested=share,
+            gpu_fraction=share,
+            node="n1",
+            gpu_uuids=(gpu,),
+            mig_instances=(mig,) if mig else (),
+            started_at=started,
+            workload_type="training",
+        )
 
     events = [
         ev(h(0), "j1", "started", "A", "G1", "H100"),
@@ -97,9 +160,10 @@ def cluster(wh: Warehouse) -> Warehouse:
     ]
     assert ing.write_job_events(events).quarantined_total == 0
     jan = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    ing.write_config(tenants=[Tenant(f"{o}/{p}", o, p) for o, p in tenants.values()],
-                     prices=[Price(jan, "H100", "2.00"), Price(jan, "L40S", "1.00"),
-                             Price(jan, "A100", "1.50")])
+    ing.write_config(
+        tenants=[Tenant(f"{o}/{p}", o, p) for o, p in tenants.values()],
+        prices=[Price(jan, "H100", "2.00"), Price(jan, "L40S", "1.00"), Price(jan, "A100", "1.50")],
+    )
     return wh
 
 
@@ -113,13 +177,17 @@ def by_key(result) -> dict:  # type: ignore[no-untyped-def]
     return {r.key: r for r in result.rows}
 
 
-@pytest.mark.parametrize(("policy", "shared"), [
-    ("weighted", {"ml/vision": "18.26", "ml/audio": "10.04", "web/search": "13.70"}),
-    ("even", {"ml/vision": "14.00", "ml/audio": "14.00", "web/search": "14.00"}),
-    ("none", {"ml/vision": "0.00", "ml/audio": "0.00", "web/search": "0.00"}),
-])
-def test_hand_computed_costs_under_every_policy(cluster: Warehouse, policy: str,
-                                                shared: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("policy", "shared"),
+    [
+        ("weighted", {"ml/vision": "18.26", "ml/audio": "10.04", "web/search": "13.70"}),
+        ("even", {"ml/vision": "14.00", "ml/audio": "14.00", "web/search": "14.00"}),
+        ("none", {"ml/vision": "0.00", "ml/audio": "0.00", "web/search": "0.00"}),
+    ],
+)
+def test_hand_computed_costs_under_every_policy(
+    cluster: Warehouse, policy: str, shared: dict[str, str]
+) -> None:
     result = ledger(cluster, idle_policy=policy)
     rows = by_key(result)
     direct = {"ml/vision": "10.00", "ml/audio": "5.50", "web/search": "7.50"}
@@ -137,8 +205,11 @@ def test_hand_computed_costs_under_every_policy(cluster: Warehouse, policy: str,
 def test_hand_computed_hours(cluster: Warehouse) -> None:
     result = ledger(cluster)
     rows = by_key(result)
-    expect = {"ml/vision": (5.0, 2.0, 1.0), "ml/audio": (5.5, 4.4, 0.0),
-              "web/search": (5.0, 1.5, 0.0)}
+    expect = {
+        "ml/vision": (5.0, 2.0, 1.0),
+        "ml/audio": (5.5, 4.4, 0.0),
+        "web/search": (5.0, 1.5, 0.0),
+    }
     for tenant, (alloc, used, idle) in expect.items():
         r = rows[tenant]
         assert r.allocated_gpu_hours == pytest.approx(alloc, abs=1e-9)
@@ -152,8 +223,9 @@ def test_hand_computed_hours(cluster: Warehouse) -> None:
     assert t.unallocated_gpu_hours == pytest.approx(24.5)
 
 
-@pytest.mark.parametrize("by", ["org", "user", "gpu_model", "pool", "node", "queue",
-                                "workload_type", "project"])
+@pytest.mark.parametrize(
+    "by", ["org", "user", "gpu_model", "pool", "node", "queue", "workload_type", "project"]
+)
 def test_every_grouping_conserves(cluster: Warehouse, by: str) -> None:
     for policy in ("weighted", "even", "none"):
         result = ledger(cluster, by=by, idle_policy=policy)
@@ -166,8 +238,10 @@ def test_every_grouping_conserves(cluster: Warehouse, by: str) -> None:
 
 def test_splitting_the_window_changes_nothing(cluster: Warehouse) -> None:
     whole = by_key(ledger(cluster))
-    halves = [by_key(ledger(cluster, start=T0, end=h(2.5))),
-              by_key(ledger(cluster, start=h(2.5), end=T10))]
+    halves = [
+        by_key(ledger(cluster, start=T0, end=h(2.5))),
+        by_key(ledger(cluster, start=h(2.5), end=T10)),
+    ]
     for tenant, row in whole.items():
         parts = [p[tenant] for p in halves if tenant in p]
         assert sum(p.allocated_gpu_hours for p in parts) == pytest.approx(row.allocated_gpu_hours)
@@ -205,9 +279,24 @@ def test_price_change_mid_window(cluster: Warehouse) -> None:
 
 def test_ledger_json_shape(cluster: Warehouse) -> None:
     doc = ledger(cluster).to_json()
-    assert set(doc["rows"][0]) == {"key", "allocated_gpu_hours", "used_gpu_hours",
-                                   "idle_gpu_hours", "direct_cost", "shared_cost", "total_cost"}
+    assert set(doc["rows"][0]) == {
+        "key",
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "idle_gpu_hours",
+        "direct_cost",
+        "shared_cost",
+        "total_cost",
+    }
     assert doc["totals"]["capacity_cost"] == "65.00" and doc["totals"]["total_cost"] == "65.00"
-    assert {"capacity_gpu_hours", "allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours",
-            "unallocated_gpu_hours", "stranded_gpu_hours", "capacity_cost", "unshared_cost",
-            "total_cost"} <= set(doc["totals"])
+    assert {
+        "capacity_gpu_hours",
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "idle_gpu_hours",
+        "unallocated_gpu_hours",
+        "stranded_gpu_hours",
+        "capacity_cost",
+        "unshared_cost",
+        "total_cost",
+    } <= set(doc["totals"])

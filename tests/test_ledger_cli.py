@@ -12,13 +12,17 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str],
-                        cli_env: dict[str, str]) -> None:
+def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]) -> None:
     d = str(tmp_path / "d")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*gpuledger_cmd, *args, "--data-dir", d], env=cli_env,
-                              capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [*gpuledger_cmd, *args, "--data-dir", d],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     assert run("demo", "--days", "0.5", "--gpus", "8", "--no-serve").returncode == 0
     today = dt.datetime.now(dt.UTC).date()
@@ -29,11 +33,25 @@ def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str],
     totals = doc["totals"]
     assert totals["total_cost"] == totals["capacity_cost"]
     assert sum(float(r["total_cost"]) for r in doc["rows"]) == pytest.approx(
-        float(totals["total_cost"]), abs=0.001)
+        float(totals["total_cost"]), abs=0.001
+    )
     assert 0 < totals["allocated_gpu_hours"] <= totals["capacity_gpu_hours"]
     assert all(isinstance(r["direct_cost"], str) for r in doc["rows"])
-    none = json.loads(run("ledger", "--from", first, "--to", last, "--format", "json",
-                          "--idle-policy", "none", "--by", "gpu_model").stdout)
+    none = json.loads(
+        run(
+            "ledger",
+            "--from",
+            first,
+            "--to",
+            last,
+            "--format",
+            "json",
+            "--idle-policy",
+            "none",
+            "--by",
+            "gpu_model",
+        ).stdout
+    )
     assert none["rows"][-1]["key"] == "__unallocated__"
     table = run("ledger", "--from", first, "--to", last)
     assert "conservation: rows + unshared = capacity cost: holds" in table.stdout

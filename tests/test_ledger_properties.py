@@ -27,28 +27,56 @@ def clusters(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[PriceSeg
     """A random cluster: GPUs with capacity over the window, jobs holding shares of them."""
     hours = draw(st.integers(1, 72))
     end = T0 + dt.timedelta(hours=hours)
-    gpus = draw(st.lists(st.tuples(st.sampled_from(MODELS), st.sampled_from(POOLS)),
-                         min_size=1, max_size=8))
+    gpus = draw(
+        st.lists(st.tuples(st.sampled_from(MODELS), st.sampled_from(POOLS)), min_size=1, max_size=8)
+    )
     cap_rows, use_rows = [], []
     for i, (model, pool) in enumerate(gpus):
-        cap_rows.append({"cluster": "c", "pool": pool, "node": f"n{i // 4}", "gpu_uuid": f"G{i}",
-                         "mig_instance": "", "gpu_model": model,
-                         "health": draw(st.sampled_from(["healthy", "unhealthy"])),
-                         "cs": T0, "ce": end, "capacity_gpu_ms": float(hours * 3_600_000)})
+        cap_rows.append(
+            {
+                "cluster": "c",
+                "pool": pool,
+                "node": f"n{i // 4}",
+                "gpu_uuid": f"G{i}",
+                "mig_instance": "",
+                "gpu_model": model,
+                "health": draw(st.sampled_from(["healthy", "unhealthy"])),
+                "cs": T0,
+                "ce": end,
+                "capacity_gpu_ms": float(hours * 3_600_000),
+            }
+        )
         # jobs on this GPU never hold more than the whole of it at once: shares split 1.0
         for share in draw(st.sampled_from([[1.0], [0.5, 0.5], [0.25, 0.75], [0.5], []])):
             a = draw(st.integers(0, hours * 60 - 1))
             b = draw(st.integers(a + 1, hours * 60))
             s, e = T0 + dt.timedelta(minutes=a), T0 + dt.timedelta(minutes=b)
             util = draw(st.floats(0, 1))
-            use_rows.append({
-                "cluster": "c", "pool": pool, "node": f"n{i // 4}", "gpu_uuid": f"G{i}",
-                "mig_instance": "", "gpu_model": model, "job_id": f"j{len(use_rows)}",
-                "attempt": 0, "tenant": draw(st.sampled_from(["a/x", "a/y", "b/z"])),
-                "org": "a", "project": "x", "user": draw(st.sampled_from(["u1", "u2"])),
-                "queue": "q", "workload_type": "training", "end_event": "", "fraction": share,
-                "s": s, "e": e, "allocated_gpu_ms": share * (b - a) * 60_000,
-                "used_gpu_hours": share * (b - a) / 60 * util, "idle_gpu_hours": 0.0})
+            use_rows.append(
+                {
+                    "cluster": "c",
+                    "pool": pool,
+                    "node": f"n{i // 4}",
+                    "gpu_uuid": f"G{i}",
+                    "mig_instance": "",
+                    "gpu_model": model,
+                    "job_id": f"j{len(use_rows)}",
+                    "attempt": 0,
+                    "tenant": draw(st.sampled_from(["a/x", "a/y", "b/z"])),
+                    "org": "a",
+                    "project": "x",
+                    "user": draw(st.sampled_from(["u1", "u2"])),
+                    "queue": "q",
+                    "workload_type": "training",
+                    "end_event": "",
+                    "fraction": share,
+                    "s": s,
+                    "e": e,
+                    "allocated_gpu_ms": share * (b - a) * 60_000,
+                    "used_gpu_hours": share * (b - a) / 60 * util,
+                    "idle_gpu_hours": 0.0,
+                }
+            )
     prices = []
     for model in MODELS:
         cents = draw(st.integers(1, 100_000))
@@ -66,16 +94,22 @@ def test_conservation_for_every_policy_and_grouping(cluster, policy, by) -> None
     if usage is None:
         return
     end = capacity["ce"].max()
-    ledger = build_ledger(usage, capacity, prices, by=by, policy=policy, start=T0, end=end,
-                          currency="USD")
+    ledger = build_ledger(
+        usage, capacity, prices, by=by, policy=policy, start=T0, end=end, currency="USD"
+    )
     assert ledger.conserved
     assert sum(r.total_cost for r in ledger.rows) == ledger.totals.capacity_cost
     assert ledger.totals.unallocated_gpu_hours >= -1e-9
     assert all(r.shared_cost >= 0 for r in ledger.rows)
 
 
-@given(st.dictionaries(st.text(min_size=1, max_size=3),
-                       st.decimals(min_value=0, max_value=10_000, places=7), min_size=1))
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=3),
+        st.decimals(min_value=0, max_value=10_000, places=7),
+        min_size=1,
+    )
+)
 def test_rounding_conserves_the_rounded_total(amounts: dict[str, Decimal]) -> None:
     total = sum(amounts.values(), Decimal(0))
     rounded = round_conserving(amounts, total)
@@ -83,8 +117,11 @@ def test_rounding_conserves_the_rounded_total(amounts: dict[str, Decimal]) -> No
     assert all(abs(rounded[k] - amounts[k]) < Decimal("0.01") for k in amounts)
 
 
-@settings(max_examples=3, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=3,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(seed=st.integers(0, 10_000))
 def test_no_gpu_is_ever_more_than_fully_allocated(wh, seed: int) -> None:  # type: ignore[no-untyped-def]
     """A random simulated cluster, through ingest and the SQL interval derivation: at every
@@ -94,9 +131,13 @@ def test_no_gpu_is_ever_more_than_fully_allocated(wh, seed: int) -> None:  # typ
     from warehouse.analytics.ledger import compute_ledger
 
     cluster = f"rand-{seed}"
-    cfg = load_settings(env={}, overrides={
-        "simulator": {"days": 0.5, "gpus": 16, "seed": seed, "cluster": cluster},
-        "warehouse": {"database": wh.database}})
+    cfg = load_settings(
+        env={},
+        overrides={
+            "simulator": {"days": 0.5, "gpus": 16, "seed": seed, "cluster": cluster},
+            "warehouse": {"database": wh.database},
+        },
+    )
     now = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
     DemoRun.start(wh, cfg, now=now)
     peak = wh.rows(
@@ -106,7 +147,9 @@ def test_no_gpu_is_ever_more_than_fully_allocated(wh, seed: int) -> None:  # typ
         f"FROM {wh.database}.allocations FINAL WHERE cluster = {{c:String}} AND gpu_uuid != '' "
         f"UNION ALL SELECT gpu_uuid, mig_instance, end_ts AS t, -toFloat64(fraction) "
         f"FROM {wh.database}.allocations FINAL WHERE cluster = {{c:String}} AND gpu_uuid != '' "
-        f"AND end_ts IS NOT NULL))", {"c": cluster})[0][0]
+        f"AND end_ts IS NOT NULL))",
+        {"c": cluster},
+    )[0][0]
     assert 0 < peak <= 1 + 1e-6
     ledger = compute_ledger(wh, now - dt.timedelta(hours=12), now, cluster=cluster)
     assert ledger.conserved

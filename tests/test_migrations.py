@@ -11,9 +11,25 @@ from warehouse.migrate import (
 )
 
 TABLES = {
-    "gpu_samples", "gpu_samples_1m", "gpu_samples_1h", "gpus", "nodes", "gpu_inventory_log",
-    "node_inventory_log", "job_events", "jobs", "allocations", "tenants", "tenant_rules",
-    "quotas", "price_book", "alerts", "advice", "audit_log", "quarantine", "schema_migrations",
+    "gpu_samples",
+    "gpu_samples_1m",
+    "gpu_samples_1h",
+    "gpus",
+    "nodes",
+    "gpu_inventory_log",
+    "node_inventory_log",
+    "job_events",
+    "jobs",
+    "allocations",
+    "tenants",
+    "tenant_rules",
+    "quotas",
+    "price_book",
+    "alerts",
+    "advice",
+    "audit_log",
+    "quarantine",
+    "schema_migrations",
 }
 KEY_COLUMNS = {"cluster", "pool", "node", "gpu_uuid", "gpu_model", "job_id", "tenant"}
 
@@ -27,11 +43,17 @@ def test_migrations_are_numbered_one_statement_each() -> None:
 
 
 def test_fresh_database_gets_every_table(wh: Warehouse) -> None:
-    names = {r[0] for r in wh.rows("SELECT name FROM system.tables WHERE database = {d:String}",
-                                   {"d": wh.database})}
+    names = {
+        r[0]
+        for r in wh.rows(
+            "SELECT name FROM system.tables WHERE database = {d:String}", {"d": wh.database}
+        )
+    }
     assert names >= TABLES
-    assert all(s.applied and not s.checksum_changed
-               for s in status(wh, RenderOptions(database=wh.database)))
+    assert all(
+        s.applied and not s.checksum_changed
+        for s in status(wh, RenderOptions(database=wh.database))
+    )
 
 
 def test_migrate_twice_applies_nothing_the_second_time(wh: Warehouse) -> None:
@@ -51,8 +73,10 @@ def test_status_lists_pending_before_migrate(engine: Warehouse) -> None:
 
 
 def test_key_columns_share_names_and_types(wh: Warehouse) -> None:
-    rows = wh.rows("SELECT table, name, type FROM system.columns WHERE database = {d:String}",
-                   {"d": wh.database})
+    rows = wh.rows(
+        "SELECT table, name, type FROM system.columns WHERE database = {d:String}",
+        {"d": wh.database},
+    )
     types: dict[str, set[str]] = {}
     for _table, name, type_ in rows:
         if name in KEY_COLUMNS:
@@ -68,13 +92,16 @@ def test_cluster_rendering_is_replicated_behind_distributed() -> None:
     samples = render(by_name["gpu_samples"], opts)
     assert len(samples) == 2
     assert "CREATE TABLE IF NOT EXISTS gl.gpu_samples_local ON CLUSTER prod" in samples[0]
-    assert ("ReplicatedMergeTree('/clickhouse/tables/{shard}/gl/gpu_samples_local', "
-            "'{replica}')") in samples[0]
+    assert (
+        "ReplicatedMergeTree('/clickhouse/tables/{shard}/gl/gpu_samples_local', '{replica}')"
+    ) in samples[0]
     assert samples[1].startswith("CREATE TABLE IF NOT EXISTS gl.gpu_samples ON CLUSTER prod")
     assert "Distributed(prod, gl, gpu_samples_local" in samples[1]
     gpus = render(by_name["gpus"], opts)[0]
-    assert "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/gl/gpus_local', " \
-           "'{replica}', ts)" in gpus
+    assert (
+        "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/gl/gpus_local', "
+        "'{replica}', ts)" in gpus
+    )
     view = render(by_name["gpu_samples_1m_mv"], opts)
     assert len(view) == 1
     assert "TO gl.gpu_samples_1m_local" in view[0] and "FROM gl.gpu_samples_local" in view[0]
@@ -91,20 +118,28 @@ def test_retention_is_rendered_from_settings() -> None:
 
 @pytest.mark.parametrize("table", ["gpu_samples", "gpu_samples_1m", "job_events"])
 def test_dedup_window_is_on_for_ingested_tables(wh: Warehouse, table: str) -> None:
-    ddl = wh.rows("SELECT create_table_query FROM system.tables WHERE database = {d:String} "
-                  "AND name = {t:String}", {"d": wh.database, "t": table})[0][0]
+    ddl = wh.rows(
+        "SELECT create_table_query FROM system.tables WHERE database = {d:String} "
+        "AND name = {t:String}",
+        {"d": wh.database, "t": table},
+    )[0][0]
     assert "non_replicated_deduplication_window = 10000" in ddl
 
 
 def test_changed_retention_is_applied_to_the_tables(wh: Warehouse) -> None:
-    opts = RenderOptions(database=wh.database, raw_retention_days=9,
-                         rollup_1h_retention_days=400)
+    opts = RenderOptions(database=wh.database, raw_retention_days=9, rollup_1h_retention_days=400)
     assert migrate(wh, opts) == []  # nothing pending, but the TTLs follow the settings
-    ddl = dict(wh.rows("SELECT name, create_table_query FROM system.tables "
-                       "WHERE database = {d:String}", {"d": wh.database}))
+    ddl = dict(
+        wh.rows(
+            "SELECT name, create_table_query FROM system.tables WHERE database = {d:String}",
+            {"d": wh.database},
+        )
+    )
     assert "toDateTime(ts) + toIntervalDay(9)" in ddl["gpu_samples"]
     assert "toIntervalDay(400)" in ddl["gpu_samples_1h"]
     assert "toIntervalDay(180)" in ddl["gpu_samples_1m"]
     assert reconcile_retention(wh, opts) == []  # steady state: no ALTER on every start
     assert reconcile_retention(wh, RenderOptions(database=wh.database)) == [
-        "gpu_samples", "gpu_samples_1h"]
+        "gpu_samples",
+        "gpu_samples_1h",
+    ]

@@ -52,8 +52,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PROC = Path(__file__).parent / "data" / "cgroup" / "proc"
 NOW = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
 H0, H1, A = (d.uuid for d in nvml_stub.default_config().devices)
-U1, U2, U3 = ("8dbc5577-d0e2-4706-8787-57d52c03ddf2", "5f2c7a90-1b3e-4c6d-9e8f-0a1b2c3d4e5f",
-              "b1e2d3c4-a5f6-4789-8abc-def012345678")
+U1, U2, U3 = (
+    "8dbc5577-d0e2-4706-8787-57d52c03ddf2",
+    "5f2c7a90-1b3e-4c6d-9e8f-0a1b2c3d4e5f",
+    "b1e2d3c4-a5f6-4789-8abc-def012345678",
+)
 C2 = "c2d4e6f8a0b1c3d5e7f9a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e3f5a7b9c1d3"
 
 
@@ -82,12 +85,13 @@ class Stub:
     def collector(self) -> NvmlCollector:
         self.config.write(self.path)
         backend = PynvmlBackend.open(library_path=self.library)
-        col = NvmlCollector(backend, cluster="lab", node="gpu-node-1", pool="train",
-                            proc_root=PROC)
+        col = NvmlCollector(backend, cluster="lab", node="gpu-node-1", pool="train", proc_root=PROC)
         self._open.append(col)
         if col.driver_version != self.config.driver:  # not the stand-in answering
-            pytest.fail("pynvml had already loaded another libnvidia-ml.so.1 in this process "
-                        f"(driver {col.driver_version}); run the NVML tests in their own process")
+            pytest.fail(
+                "pynvml had already loaded another libnvidia-ml.so.1 in this process "
+                f"(driver {col.driver_version}); run the NVML tests in their own process"
+            )
         return col
 
     def close(self) -> None:
@@ -109,8 +113,11 @@ def by_key(samples: Any) -> dict[tuple[str, str], Any]:
 
 
 def nvml_logs(caplog: pytest.LogCaptureFixture, field: str) -> list[logging.LogRecord]:
-    return [r for r in caplog.records
-            if r.name == "collector.nvml" and r.getMessage().startswith(f"NVML {field} ")]
+    return [
+        r
+        for r in caplog.records
+        if r.name == "collector.nvml" and r.getMessage().startswith(f"NVML {field} ")
+    ]
 
 
 # -- inventory ---------------------------------------------------------------------------------
@@ -118,13 +125,25 @@ def test_inventory_fields(stub: Stub) -> None:
     rows = by_key(stub.collector().inventory(NOW))
     assert set(rows) == {(H0, ""), (H1, ""), (A, ""), (A, "5"), (A, "13")}
     h0 = rows[(H0, "")]
-    assert (h0.ts, h0.cluster, h0.pool, h0.node, h0.source) == (NOW, "lab", "train",
-                                                                 "gpu-node-1", "nvml")
+    assert (h0.ts, h0.cluster, h0.pool, h0.node, h0.source) == (
+        NOW,
+        "lab",
+        "train",
+        "gpu-node-1",
+        "nvml",
+    )
     assert (h0.gpu_index, h0.gpu_model, h0.pci_bus_id, h0.serial) == (
-        0, "NVIDIA H100 80GB HBM3", "00000000:18:00.0", "1654922000001")
+        0,
+        "NVIDIA H100 80GB HBM3",
+        "00000000:18:00.0",
+        "1654922000001",
+    )
     assert h0.memory_total_bytes == 80 * GIB
-    assert (h0.driver_version, h0.cuda_version, h0.compute_capability) == ("550.54.15",
-                                                                           "12.4", "9.0")
+    assert (h0.driver_version, h0.cuda_version, h0.compute_capability) == (
+        "550.54.15",
+        "12.4",
+        "9.0",
+    )
     assert (h0.capacity_fraction, h0.health, h0.mig_profile) == (1.0, "healthy", "")
     assert rows[(H1, "")].gpu_index == 1 and rows[(A, "")].compute_capability == "8.0"
 
@@ -144,15 +163,19 @@ def test_mig_instances_have_profiles_and_slice_fractions(stub: Stub) -> None:
     samples = by_key(col.collect(NOW).samples)
     mig = samples[(A, "13")]
     assert (mig.mig_profile, mig.memory_used_bytes, mig.memory_total_bytes) == (
-        "1g.5gb", 1 * GIB, 4864 * MIB)
+        "1g.5gb",
+        1 * GIB,
+        4864 * MIB,
+    )
     assert mig.power_watts is None and mig.gpu_util_ratio is None  # per-GPU only
     assert samples[(A, "")].power_watts == 88.5
 
 
 def test_fully_partitioned_gpu_has_no_parent_row(stub: Stub) -> None:
     a100 = stub.config.devices[2]
-    a100.migs.append(nvml_stub.StubMig(uuid="MIG-x", gi=1, slices=4, mem_mb=19968,
-                                       mem_total=19968 * MIB))
+    a100.migs.append(
+        nvml_stub.StubMig(uuid="MIG-x", gi=1, slices=4, mem_mb=19968, mem_total=19968 * MIB)
+    )
     rows = by_key(stub.collector().inventory(NOW))
     assert (A, "") not in rows
     assert rows[(A, "1")].mig_profile == "4g.20gb"
@@ -167,11 +190,13 @@ def test_samples_convert_units_and_follow_changes(stub: Stub) -> None:
     s = by_key(poll.samples)[(H0, "")]
     assert (s.gpu_util_ratio, s.mem_util_ratio) == (0.87, 0.43)
     assert s.power_watts == pytest.approx(412.345)
-    assert (s.energy_millijoules, s.temperature_celsius, s.sm_clock_mhz) == (9_876_543_210,
-                                                                             61.0, 1980)
+    assert (s.energy_millijoules, s.temperature_celsius, s.sm_clock_mhz) == (
+        9_876_543_210,
+        61.0,
+        1980,
+    )
     assert (s.memory_used_bytes, s.memory_total_bytes) == (30 * GIB, 80 * GIB)
-    assert (s.ts, s.cluster, s.node, s.gpu_index, s.source) == (NOW, "lab", "gpu-node-1", 0,
-                                                                "nvml")
+    assert (s.ts, s.cluster, s.node, s.gpu_index, s.source) == (NOW, "lab", "gpu-node-1", 0, "nvml")
     assert s.xid is None
     assert samples_frame(poll.samples).height == 5  # the five fit SAMPLE_SCHEMA
 
@@ -187,19 +212,34 @@ def test_health_counters(stub: Stub) -> None:
     stub.config.devices[0].ecc_dbe = 2
     stub.config.devices[1].remapped = (3, 1, 1, 0)
     health = {h.gpu_uuid: h for h in stub.collector().collect(NOW).health}
-    assert health[H0] == GpuHealth(NOW, H0, clock_event_reasons=0x1, ecc_dbe_volatile=2,
-                                   remapped_rows_correctable=0, remapped_rows_uncorrectable=0,
-                                   remapped_rows_pending=False, remapped_rows_failure=False)
+    assert health[H0] == GpuHealth(
+        NOW,
+        H0,
+        clock_event_reasons=0x1,
+        ecc_dbe_volatile=2,
+        remapped_rows_correctable=0,
+        remapped_rows_uncorrectable=0,
+        remapped_rows_pending=False,
+        remapped_rows_failure=False,
+    )
     h1 = health[H1]
-    assert (h1.clock_event_reasons, h1.remapped_rows_correctable,
-            h1.remapped_rows_uncorrectable, h1.remapped_rows_pending) == (0x4, 3, 1, True)
+    assert (
+        h1.clock_event_reasons,
+        h1.remapped_rows_correctable,
+        h1.remapped_rows_uncorrectable,
+        h1.remapped_rows_pending,
+    ) == (0x4, 3, 1, True)
 
 
 def test_older_drivers_fall_back_to_older_functions(
-        stub: Stub, caplog: pytest.LogCaptureFixture) -> None:
+    stub: Stub, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="collector.nvml")
-    for symbol in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetMemoryInfo_v2",
-                   "nvmlDeviceGetComputeRunningProcesses_v3"):
+    for symbol in (
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+    ):
         stub.config.errors[symbol] = nvml_stub.FUNCTION_NOT_FOUND
     stub.config.devices[0].mem_reserved = 1 * GIB
     poll = stub.collector().collect(NOW)
@@ -211,7 +251,8 @@ def test_older_drivers_fall_back_to_older_functions(
 
 
 def test_not_supported_becomes_null_logged_once_per_field(
-        stub: Stub, caplog: pytest.LogCaptureFixture) -> None:
+    stub: Stub, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="collector.nvml")
     h0, h1 = stub.config.devices[:2]
     h0.errors["nvmlDeviceGetPowerUsage"] = nvml_stub.NOT_SUPPORTED
@@ -229,16 +270,22 @@ def test_not_supported_becomes_null_logged_once_per_field(
         assert s[(H0, "")].energy_millijoules == 9_876_543_210  # other fields unaffected
         assert s[(H0, "")].gpu_util_ratio == 0.87
         assert {h.gpu_uuid: h for h in poll.health}[H0].ecc_dbe_volatile is None
-    for field in ("power_watts", "energy_millijoules", "ecc_dbe_volatile", "serial",
-                  "gpu_util_ratio"):  # the last: the MIG A100 has no utilisation
+    for field in (
+        "power_watts",
+        "energy_millijoules",
+        "ecc_dbe_volatile",
+        "serial",
+        "gpu_util_ratio",
+    ):  # the last: the MIG A100 has no utilisation
         records = nvml_logs(caplog, field)
         assert len(records) == 1, field
         assert "550.54.15" in records[0].getMessage()
     assert not nvml_logs(caplog, "temperature_celsius")
 
 
-def test_other_errors_become_null_with_a_warning(stub: Stub,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_other_errors_become_null_with_a_warning(
+    stub: Stub, caplog: pytest.LogCaptureFixture
+) -> None:
     stub.config.devices[0].errors["nvmlDeviceGetTemperature"] = nvml_stub.UNKNOWN
     col = stub.collector()
     for _ in range(2):
@@ -258,21 +305,29 @@ def test_missing_library_raises_a_clear_error(tmp_path: Path) -> None:
 
 def test_missing_library_without_a_path(tmp_path: Path) -> None:
     """In a fresh process with no stand-in: the loader's search, as in production."""
-    code = ("from collector.nvml import PynvmlBackend, NvmlUnavailableError\n"
-            "try:\n    PynvmlBackend.open().close()\nexcept NvmlUnavailableError as e:\n"
-            "    print(e.code, e)\nelse:\n    print('available')\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",
-                                                            "LD_PRELOAD")}
+    code = (
+        "from collector.nvml import PynvmlBackend, NvmlUnavailableError\n"
+        "try:\n    PynvmlBackend.open().close()\nexcept NvmlUnavailableError as e:\n"
+        "    print(e.code, e)\nelse:\n    print('available')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
     env["PYTHONPATH"] = str(ROOT)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=60, check=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
     if out == "available" or out.startswith(("9 ", "18 ")):
         pytest.skip(f"this machine has an NVIDIA library: {out}")
     assert out.startswith("12 NVML library libnvidia-ml.so.1 not found"), out
 
 
 def test_unconfigured_stand_in_behaves_like_a_machine_without_nvml(
-        stub_library: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stub_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("NVML_STUB_CONFIG", raising=False)
     with pytest.raises(NvmlUnavailableError, match=r"libnvidia-ml\.so\.1 not found"):
         PynvmlBackend.open(library_path=stub_library)
@@ -334,14 +389,18 @@ def test_processes_map_to_pods_and_slurm_jobs(stub: Stub) -> None:
     col = stub.collector()
     poll = col.collect(NOW)
     procs = {p.pid: p for p in poll.processes}
-    assert procs[2101] == GpuProcess(NOW, H0, "", 2101, 20 * GIB, 0.7, U1, procs[2101]
-                                     .container_id, "")
+    assert procs[2101] == GpuProcess(
+        NOW, H0, "", 2101, 20 * GIB, 0.7, U1, procs[2101].container_id, ""
+    )
     assert procs[2101].container_id.startswith("0a3bb1b8")
     assert (procs[2103].pod_uid, procs[2103].sm_util_ratio) == (U3, 0.05)
     assert (procs[2201].slurm_job_id, procs[2204].slurm_job_id) == ("123", "123")
     assert procs[2201].sm_util_ratio is None  # no per-process samples on that GPU
     assert (procs[2102].mig_instance, procs[2102].pod_uid, procs[2102].container_id) == (
-        "5", U2, C2)
+        "5",
+        U2,
+        C2,
+    )
     assert (procs[2202].mig_instance, procs[2202].slurm_job_id) == ("13", "456")
     samples = by_key(poll.samples)
     assert samples[(H1, "")].job_id == "123"  # one job owns all of GPU 1's processes
@@ -365,33 +424,83 @@ class FakeBackend:
             raise err
         return value
 
-    def driver_version(self) -> str: return "560.35.03"
-    def cuda_driver_version(self) -> int: return 12060
-    def device_count(self) -> int: return 2
-    def device_handle(self, index: int) -> int: return index
-    def name(self, h: int) -> str: return "NVIDIA L40S"
-    def uuid(self, h: int) -> str: return f"GPU-{h}"
-    def serial(self, h: int) -> str: return str(h)
-    def pci_bus_id(self, h: int) -> str: return f"00000000:0{h}:00.0"
-    def compute_capability(self, h: int) -> tuple[int, int]: return (8, 9)
-    def memory(self, h: int) -> tuple[int, int]: return (GIB, 48 * GIB)
-    def mig_enabled(self, h: int) -> bool: raise NvmlNotSupportedError(3, "mig")
-    def mig_devices(self, h: int) -> list[Any]: return []
-    def gpu_instance_profiles(self, h: int) -> list[MigProfile]: return []
-    def utilization(self, h: int) -> tuple[int, int]: return self._get("utilization", h, (50, 5))
-    def power_mw(self, h: int) -> int: return 100_000
-    def energy_mj(self, h: int) -> int: return 1
-    def temperature_c(self, h: int) -> float: return self._get("temperature_c", h, 40)
-    def sm_clock_mhz(self, h: int) -> int: return 2520
-    def clock_event_reasons(self, h: int) -> int: return 0
-    def ecc_dbe_volatile(self, h: int) -> int: return 0
-    def remapped_rows(self, h: int) -> tuple[int, int, bool, bool]: return (0, 0, False, False)
+    def driver_version(self) -> str:
+        return "560.35.03"
+
+    def cuda_driver_version(self) -> int:
+        return 12060
+
+    def device_count(self) -> int:
+        return 2
+
+    def device_handle(self, index: int) -> int:
+        return index
+
+    def name(self, h: int) -> str:
+        return "NVIDIA L40S"
+
+    def uuid(self, h: int) -> str:
+        return f"GPU-{h}"
+
+    def serial(self, h: int) -> str:
+        return str(h)
+
+    def pci_bus_id(self, h: int) -> str:
+        return f"00000000:0{h}:00.0"
+
+    def compute_capability(self, h: int) -> tuple[int, int]:
+        return (8, 9)
+
+    def memory(self, h: int) -> tuple[int, int]:
+        return (GIB, 48 * GIB)
+
+    def mig_enabled(self, h: int) -> bool:
+        raise NvmlNotSupportedError(3, "mig")
+
+    def mig_devices(self, h: int) -> list[Any]:
+        return []
+
+    def gpu_instance_profiles(self, h: int) -> list[MigProfile]:
+        return []
+
+    def utilization(self, h: int) -> tuple[int, int]:
+        return self._get("utilization", h, (50, 5))
+
+    def power_mw(self, h: int) -> int:
+        return 100_000
+
+    def energy_mj(self, h: int) -> int:
+        return 1
+
+    def temperature_c(self, h: int) -> float:
+        return self._get("temperature_c", h, 40)
+
+    def sm_clock_mhz(self, h: int) -> int:
+        return 2520
+
+    def clock_event_reasons(self, h: int) -> int:
+        return 0
+
+    def ecc_dbe_volatile(self, h: int) -> int:
+        return 0
+
+    def remapped_rows(self, h: int) -> tuple[int, int, bool, bool]:
+        return (0, 0, False, False)
+
     def compute_processes(self, h: int) -> list[ProcessInfo]:
         return [ProcessInfo(pid, GIB) for pid in self.procs[h]]
-    def process_utilization(self, h: int, since_us: int) -> list[Any]: return []
-    def watch_xid(self, h: int) -> None: return None
-    def xid_events(self) -> list[Any]: return []
-    def close(self) -> None: return None
+
+    def process_utilization(self, h: int, since_us: int) -> list[Any]:
+        return []
+
+    def watch_xid(self, h: int) -> None:
+        return None
+
+    def xid_events(self) -> list[Any]:
+        return []
+
+    def close(self) -> None:
+        return None
 
 
 def fake_collector(backend: FakeBackend) -> NvmlCollector:
@@ -414,8 +523,7 @@ def test_gpu_lost_mid_sample_leaves_no_partial_records() -> None:
     poll = fake_collector(backend).collect(NOW)
     assert [s.gpu_uuid for s in poll.samples] == ["GPU-0"]
     assert [p.gpu_uuid for p in poll.processes] == ["GPU-0"]
-    assert [(h.gpu_uuid, h.gpu_lost) for h in poll.health] == [("GPU-0", False),
-                                                               ("GPU-1", True)]
+    assert [(h.gpu_uuid, h.gpu_lost) for h in poll.health] == [("GPU-0", False), ("GPU-1", True)]
     assert [r.value for r in poll.rejects] == ["GPU-1"]
     batch = poll.batch()
     assert isinstance(batch, Batch) and len(batch) == 2
@@ -428,8 +536,12 @@ def test_collect_needs_an_aware_timestamp() -> None:
 
 
 def testmig_profile_name_from_attributes() -> None:
-    profiles = [MigProfile(0, "MIG 1g.10gb", 1, 9856), MigProfile(7, "MIG 1g.10gb+me", 1, 9856),
-                MigProfile(9, "MIG 1g.20gb", 1, 19968), MigProfile(4, "MIG 7g.80gb", 7, 80896)]
+    profiles = [
+        MigProfile(0, "MIG 1g.10gb", 1, 9856),
+        MigProfile(7, "MIG 1g.10gb+me", 1, 9856),
+        MigProfile(9, "MIG 1g.20gb", 1, 19968),
+        MigProfile(4, "MIG 7g.80gb", 7, 80896),
+    ]
     assert mig_profile_name(1, 9856, profiles) == "1g.10gb"  # the plain one before "+me"
     assert mig_profile_name(1, 19968, profiles) == "1g.20gb"
     assert mig_profile_name(7, 80896, profiles) == "7g.80gb"
@@ -457,8 +569,14 @@ with NvmlCollector(backend, cluster="gpu-test", node="here", proc_root="/proc") 
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("NVML_STUB_CONFIG", None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     result = json.loads(out)
     if "unavailable" in result:
         pytest.skip(f"no usable NVML here: {result['unavailable']}")

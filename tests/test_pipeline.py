@@ -22,8 +22,10 @@ T0 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
 
 
 def samples_at(now: dt.datetime, gpus: int = 4) -> pl.DataFrame:
-    rows = [GpuSample(now, "c1", "n1", f"GPU-{g}", g, "H100", gpu_util_ratio=g / 10,
-                      source="test") for g in range(gpus)]
+    rows = [
+        GpuSample(now, "c1", "n1", f"GPU-{g}", g, "H100", gpu_util_ratio=g / 10, source="test")
+        for g in range(gpus)
+    ]
     return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
 
 
@@ -52,9 +54,9 @@ def test_batches_survive_the_disk_round_trip(tmp_path: Path) -> None:
         load_batch(b"garbage")
 
 
-def test_spool_is_oldest_first_bounded_and_survives_restart(tmp_path: Path,
-                                                            caplog: pytest.LogCaptureFixture
-                                                            ) -> None:
+def test_spool_is_oldest_first_bounded_and_survives_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     one = len(dump_batch(Batch(samples=samples_at(T0))))
     spool = Spool(tmp_path / "s", max_bytes=3 * one + 10)
     for i in range(3):
@@ -110,8 +112,9 @@ def server(wh: Warehouse) -> Iterator[tuple[str, FlakyWsgi]]:
     srv.server_close()
 
 
-def test_an_outage_loses_no_sample_and_doubles_none(server: tuple[str, FlakyWsgi],
-                                                    wh: Warehouse, tmp_path: Path) -> None:
+def test_an_outage_loses_no_sample_and_doubles_none(
+    server: tuple[str, FlakyWsgi], wh: Warehouse, tmp_path: Path
+) -> None:
     url, flaky = server
     sink = HttpSink(url, timeout_s=10)
     pipe = Pipeline([CountingSource()], sink, Spool(tmp_path / "spool"), node="n1")

@@ -14,11 +14,14 @@ def test_defaults_are_embedded_in_data_dir(tmp_path: Path) -> None:
 
 def test_file_then_env_then_flags(tmp_path: Path) -> None:
     cfg = tmp_path / "g.toml"
-    cfg.write_text('[ledger]\nidle_threshold_ratio = 0.1\ncurrency = "EUR"\n'
-                   '[simulator]\ngpus = 16\n')
-    s = load_settings(cfg, env={"GPULEDGER_LEDGER__CURRENCY": "GBP",
-                                "GPULEDGER_SIMULATOR__SEED": "7"},
-                      overrides={"simulator": {"gpus": 32}})
+    cfg.write_text(
+        '[ledger]\nidle_threshold_ratio = 0.1\ncurrency = "EUR"\n[simulator]\ngpus = 16\n'
+    )
+    s = load_settings(
+        cfg,
+        env={"GPULEDGER_LEDGER__CURRENCY": "GBP", "GPULEDGER_SIMULATOR__SEED": "7"},
+        overrides={"simulator": {"gpus": 32}},
+    )
     assert s.ledger.idle_threshold_ratio == 0.1
     assert s.ledger.currency == "GBP"
     assert s.simulator.seed == 7

@@ -45,8 +45,12 @@ DATA = Path(__file__).resolve().parent / "data" / "slurm"
 UTC = dt.UTC
 POLL1_AT = dt.datetime(2024, 3, 1, 10, 6, tzinfo=UTC)
 POLL2_AT = dt.datetime(2024, 3, 1, 10, 30, tzinfo=UTC)
-MAPPER = TenantMapper([TenantRule("slurm_account", "physics", "sci/physics"),
-                       TenantRule("slurm_account", "bio*", "sci/bio")])
+MAPPER = TenantMapper(
+    [
+        TenantRule("slurm_account", "physics", "sci/physics"),
+        TenantRule("slurm_account", "bio*", "sci/bio"),
+    ]
+)
 
 
 class Recorded:
@@ -89,26 +93,32 @@ def test_completed_job(poll1) -> None:
     fin = ev["finished"]
     assert fin.ts == dt.datetime(2024, 3, 1, 10, 5, tzinfo=UTC)
     assert fin.started_at == dt.datetime(2024, 3, 1, 8, 5, tzinfo=UTC)
-    assert (fin.tenant, fin.org, fin.project, fin.user) == ("sci/physics", "sci", "physics",
-                                                            "alice")
-    assert (fin.pool, fin.queue, fin.priority_class, fin.priority) == ("gpu", "gpu", "normal",
-                                                                      4294)
+    assert (fin.tenant, fin.org, fin.project, fin.user) == (
+        "sci/physics",
+        "sci",
+        "physics",
+        "alice",
+    )
+    assert (fin.pool, fin.queue, fin.priority_class, fin.priority) == ("gpu", "gpu", "normal", 4294)
     assert (fin.gpus_requested, fin.gpu_model, fin.node) == (4.0, "a100", "gpu01")
     assert fin.name == "train-resnet" and fin.source == "slurm"
     # step rows are usage, never jobs of their own
     assert not any("." in e.job_id for e in p.batch.job_events)
 
 
-@pytest.mark.parametrize(("job_id", "event", "reason"), [
-    ("1020", "cancelled", "cancelled by uid 5001"),
-    ("1028", "cancelled", "cancelled by uid 0"),
-    ("1021", "failed", "FAILED (exit code 1:0)"),
-    ("1022", "failed", "TIMEOUT"),
-    ("1023", "failed", "OUT_OF_MEMORY"),
-    ("1024", "failed", "NODE_FAIL"),
-    ("1025", "preempted", "PREEMPTED"),
-    ("1026", "preempted", "REQUEUED"),
-])
+@pytest.mark.parametrize(
+    ("job_id", "event", "reason"),
+    [
+        ("1020", "cancelled", "cancelled by uid 5001"),
+        ("1028", "cancelled", "cancelled by uid 0"),
+        ("1021", "failed", "FAILED (exit code 1:0)"),
+        ("1022", "failed", "TIMEOUT"),
+        ("1023", "failed", "OUT_OF_MEMORY"),
+        ("1024", "failed", "NODE_FAIL"),
+        ("1025", "preempted", "PREEMPTED"),
+        ("1026", "preempted", "REQUEUED"),
+    ],
+)
 def test_terminal_states(poll1, job_id: str, event: str, reason: str) -> None:
     _c, p = poll1
     ev = events_of(p.batch.job_events, job_id)
@@ -144,16 +154,20 @@ def test_array_and_heterogeneous_ids(poll1) -> None:
 
 def test_requeued_job_is_two_attempts(poll1) -> None:
     _c, p = poll1
-    assert list(events_of(p.batch.job_events, "1026", 0)) == ["submitted", "started",
-                                                              "preempted"]
+    assert list(events_of(p.batch.job_events, "1026", 0)) == ["submitted", "started", "preempted"]
     assert list(events_of(p.batch.job_events, "1026", 1)) == ["submitted"]
 
 
 def test_malformed_lines_become_rejects(poll1) -> None:
     _c, p = poll1
     fields = {r.payload.split("|")[0]: r.field for r in p.batch.rejects}
-    assert fields == {"1030": "line", "1031": "State", "1032": "Submit", "1033": "NodeList",
-                      "1034": "AllocTRES"}
+    assert fields == {
+        "1030": "line",
+        "1031": "State",
+        "1032": "Submit",
+        "1033": "NodeList",
+        "1034": "AllocTRES",
+    }
     assert all(r.source == "slurm" and r.kind == "job_event" for r in p.batch.rejects)
     assert all(r.payload in (DATA / "sacct_poll1.txt").read_text() for r in p.batch.rejects)
     assert all(e.event in JOB_EVENTS for e in p.batch.job_events)
@@ -177,8 +191,11 @@ def test_second_overlapping_poll_emits_only_what_is_new() -> None:
     first = c.poll(POLL1_AT)
     second = c.poll(POLL2_AT)
     got = [(e.job_id, e.attempt, e.event) for e in second.batch.job_events]
-    assert sorted(got) == [("1002_1", 0, "finished"), ("1010+1", 0, "finished"),
-                           ("1026", 1, "started")]
+    assert sorted(got) == [
+        ("1002_1", 0, "finished"),
+        ("1010+1", 0, "finished"),
+        ("1026", 1, "started"),
+    ]
     # across both polls every (job, attempt, event, ts) appears exactly once
     both = [*first.batch.job_events, *second.batch.job_events]
     keys = Counter((e.job_id, e.attempt, e.event, e.ts) for e in both)
@@ -222,8 +239,9 @@ def test_times_in_the_controllers_zone() -> None:
 
 def test_failed_sacct_raises_and_keeps_the_window(tmp_path: Path) -> None:
     script = tmp_path / "sacct"
-    script.write_text("#!/bin/sh\necho 'sacct: error: Problem talking to the database' >&2\n"
-                      "exit 1\n")
+    script.write_text(
+        "#!/bin/sh\necho 'sacct: error: Problem talking to the database' >&2\nexit 1\n"
+    )
     script.chmod(0o755)
     c = SlurmCollector("hpc", MAPPER, [str(script)], since=POLL1_AT)
     with pytest.raises(SlurmError, match="Problem talking to the database"):
@@ -235,11 +253,11 @@ def test_failed_sacct_raises_and_keeps_the_window(tmp_path: Path) -> None:
 
 def test_argv_runner_passes_the_arguments(tmp_path: Path) -> None:
     script = tmp_path / "sacct"
-    script.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\n"
-                      f"cat {DATA / 'sacct_poll2.txt'}\n")
+    script.write_text(
+        f'#!/bin/sh\necho "$@" > {tmp_path / "args"}\ncat {DATA / "sacct_poll2.txt"}\n'
+    )
     script.chmod(0o755)
-    c = SlurmCollector("hpc", MAPPER, [str(script)], since=POLL1_AT,
-                       extra_args=["--clusters=hpc"])
+    c = SlurmCollector("hpc", MAPPER, [str(script)], since=POLL1_AT, extra_args=["--clusters=hpc"])
     batch = c.collect(POLL2_AT)
     assert {e.job_id for e in batch.job_events} >= {"1001", "1026"}
     assert (tmp_path / "args").read_text().split()[-1] == "--clusters=hpc"
@@ -256,15 +274,18 @@ def test_gpu_uuids_resolver_opens_allocations() -> None:
 
 
 # -- field parsers ---------------------------------------------------------------------------
-@pytest.mark.parametrize(("text", "hosts"), [
-    ("gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
-    ("gpu01", ["gpu01"]),
-    ("a[1-2],b3", ["a1", "a2", "b3"]),
-    ("r[1-2]n[09-10]", ["r1n09", "r1n10", "r2n09", "r2n10"]),
-    ("gpu-h[1]", ["gpu-h1"]),
-    ("None assigned", []),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
+        ("gpu01", ["gpu01"]),
+        ("a[1-2],b3", ["a1", "a2", "b3"]),
+        ("r[1-2]n[09-10]", ["r1n09", "r1n10", "r2n09", "r2n10"]),
+        ("gpu-h[1]", ["gpu-h1"]),
+        ("None assigned", []),
+        ("", []),
+    ],
+)
 def test_expand_hostlist(text: str, hosts: list[str]) -> None:
     assert expand_hostlist(text) == hosts
 
@@ -315,8 +336,12 @@ def test_sizes_states_times() -> None:
 # -- dcgm-exporter job mapping files -----------------------------------------------------------
 def test_read_job_mapping() -> None:
     mapping = read_job_mapping(DATA / "gpujobmap")
-    assert mapping == {GpuSlot(0): ("1003",), GpuSlot(1): ("1003",),
-                       GpuSlot(2): ("1010", "1011"), GpuSlot(3, "0"): ("1025",)}
+    assert mapping == {
+        GpuSlot(0): ("1003",),
+        GpuSlot(1): ("1003",),
+        GpuSlot(2): ("1010", "1011"),
+        GpuSlot(3, "0"): ("1025",),
+    }
     assert gpus_by_job(mapping)["1003"] == (GpuSlot(0), GpuSlot(1))
     assert read_job_mapping(DATA / "no-such-dir") == {}
 
@@ -330,15 +355,30 @@ def test_unreadable_mapping_file_is_skipped(tmp_path: Path) -> None:
 
 
 def _sample(index: int, mig: str = "", job: str = "", node: str = "gpu03") -> GpuSample:
-    return GpuSample(ts=POLL1_AT, cluster="hpc", node=node, gpu_uuid=f"GPU-{index}{mig}",
-                     gpu_index=index, gpu_model="A100", mig_instance=mig, job_id=job)
+    return GpuSample(
+        ts=POLL1_AT,
+        cluster="hpc",
+        node=node,
+        gpu_uuid=f"GPU-{index}{mig}",
+        gpu_index=index,
+        gpu_model="A100",
+        mig_instance=mig,
+        job_id=job,
+    )
 
 
 def test_enrich_job_ids_records_and_frames() -> None:
     mapping = read_job_mapping(DATA / "gpujobmap")
     raw = {"1003": "1002_1", "1010": "1010+0", "1011": "1010+1"}
-    samples = [_sample(0), _sample(2), _sample(3, "0"), _sample(3, "1"), _sample(4),
-               _sample(1, job="kept"), _sample(0, node="other")]
+    samples = [
+        _sample(0),
+        _sample(2),
+        _sample(3, "0"),
+        _sample(3, "1"),
+        _sample(4),
+        _sample(1, job="kept"),
+        _sample(0, node="other"),
+    ]
     want = ["1002_1", "1010+0", "1025", "", "", "kept", ""]
     got = enrich_job_ids(samples, mapping, node="gpu03", job_id_for_raw=raw)
     assert [s.job_id for s in got] == want

@@ -75,8 +75,15 @@ def test_v2023_gpus_per_model_match_the_csv(v2023: list[Batch]) -> None:
         per_model[row["model"]] += int(row["gpu"])
     del per_model[""]
     assert sum(per_model.values()) == 6212
-    assert per_model == {"A10": 2, "G2": 4392, "G3": 312, "P100": 265, "T4": 842,
-                         "V100M16": 195, "V100M32": 204}
+    assert per_model == {
+        "A10": 2,
+        "G2": 4392,
+        "G3": 312,
+        "P100": 265,
+        "T4": 842,
+        "V100M16": 195,
+        "V100M32": 204,
+    }
     assert Counter(g.gpu_model for g in _all(v2023, "gpus")) == per_model
     by_node_rows: Counter[str] = Counter()
     for n in _all(v2023, "nodes"):
@@ -107,17 +114,24 @@ def test_v2023_pod_events(v2023: list[Batch], pods_csv: dict[str, dict[str, str]
     assert (s.gpus_requested, s.gpu_fraction, s.priority_class) == (0.46, 0.46, "LS")
     assert s.ts == START + dt.timedelta(seconds=427061)
     assert "finished" not in shared  # deleted at the trace's end: still running
-    end = max(int(r[c]) for r in pods_csv.values()
-              for c in ("creation_time", "deletion_time", "scheduled_time") if r[c])
+    end = max(
+        int(r[c])
+        for r in pods_csv.values()
+        for c in ("creation_time", "deletion_time", "scheduled_time")
+        if r[c]
+    )
     for name, row in pods_csv.items():
         got = by_pod[name]
         phase, deleted = row["pod_phase"], int(row["deletion_time"])
         assert got["submitted"].ts == START + dt.timedelta(seconds=int(row["creation_time"]))
         assert ("started" in got) == bool(row["scheduled_time"])
         terminal = [ev for ev in got if ev in TERMINAL_EVENTS]
-        want = {"Succeeded": ["finished"], "Failed": ["failed"],
-                "Running": [] if deleted == end else ["finished"],
-                "Pending": [] if deleted == end else ["cancelled"]}[phase]
+        want = {
+            "Succeeded": ["finished"],
+            "Failed": ["failed"],
+            "Running": [] if deleted == end else ["finished"],
+            "Pending": [] if deleted == end else ["cancelled"],
+        }[phase]
         assert terminal == want, name
         if terminal:
             t = got[terminal[0]]
@@ -131,15 +145,18 @@ def test_v2023_pod_events(v2023: list[Batch], pods_csv: dict[str, dict[str, str]
 
 
 def test_v2023_allocation_from_events(v2023: list[Batch]) -> None:
-    events = [e for e in _all(v2023, "job_events") if e.job_id in ("openb-pod-0001",
-                                                                   "openb-pod-0017")]
+    events = [
+        e for e in _all(v2023, "job_events") if e.job_id in ("openb-pod-0001", "openb-pod-0017")
+    ]
     shared, whole = allocation_intervals(events, key=lambda e: e.job_id)
     assert (shared.key, shared.gpus, shared.end) == ("openb-pod-0001", 0.46, None)
     assert (whole.key, whole.gpus) == ("openb-pod-0017", 8.0)  # Succeeded, 8 GPUs
     assert whole.end == START + dt.timedelta(seconds=10769854)
     hours = gpu_hours([shared, whole], START, START + dt.timedelta(seconds=12902960))
-    assert hours == {"openb-pod-0001": pytest.approx(0.46 * (12902960 - 427061) / 3600),
-                     "openb-pod-0017": pytest.approx(8 * (10769854 - 9437497) / 3600)}
+    assert hours == {
+        "openb-pod-0001": pytest.approx(0.46 * (12902960 - 427061) / 3600),
+        "openb-pod-0017": pytest.approx(8 * (10769854 - 9437497) / 3600),
+    }
 
 
 def test_batches_are_bounded(v2023: list[Batch]) -> None:
@@ -151,31 +168,53 @@ def test_batches_are_bounded(v2023: list[Batch]) -> None:
 
 def test_v2023_bad_rows_are_rejected(tmp_path: Path) -> None:
     nodes = tmp_path / "nodes.csv"
-    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n"
-                     "n1,32000,262144,2,T4\n"
-                     "n2,32000,262144,two,T4\n"
-                     "n3,32000,262144,2,\n"
-                     ",1,1,0,\n"
-                     "n5,1,1\n")
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        "n1,32000,262144,2,T4\n"
+        "n2,32000,262144,two,T4\n"
+        "n3,32000,262144,2,\n"
+        ",1,1,0,\n"
+        "n5,1,1\n"
+    )
     pods = tmp_path / "pods.csv"
-    pods.write_text(",".join(("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
-                              "gpu_spec", "qos", "pod_phase", "creation_time",
-                              "deletion_time", "scheduled_time")) + "\n"
-                    "p1,1000,1024,1,250,V100M16|V100M32,BE,Succeeded,10,50,20\n"
-                    "p2,1000,1024,1,0,,BE,Running,10,50,20\n"
-                    "p3,1000,1024,1,1000,,BE,Exploded,10,50,20\n"
-                    "p4,1000,1024,1,1000,,BE,Running,10,50,5\n"
-                    "p5,1000,1024,1,1000,,BE,Failed,10,,20\n"
-                    "p6,1000,1024,1,1000,,BE,Running,ten,50,20\n"
-                    "p7,1000,1024,2,1000,,LS,Running,10,60,20\n")
+    pods.write_text(
+        ",".join(
+            (
+                "name",
+                "cpu_milli",
+                "memory_mib",
+                "num_gpu",
+                "gpu_milli",
+                "gpu_spec",
+                "qos",
+                "pod_phase",
+                "creation_time",
+                "deletion_time",
+                "scheduled_time",
+            )
+        )
+        + "\n"
+        "p1,1000,1024,1,250,V100M16|V100M32,BE,Succeeded,10,50,20\n"
+        "p2,1000,1024,1,0,,BE,Running,10,50,20\n"
+        "p3,1000,1024,1,1000,,BE,Exploded,10,50,20\n"
+        "p4,1000,1024,1,1000,,BE,Running,10,50,5\n"
+        "p5,1000,1024,1,1000,,BE,Failed,10,,20\n"
+        "p6,1000,1024,1,1000,,BE,Running,ten,50,20\n"
+        "p7,1000,1024,2,1000,,LS,Running,10,60,20\n"
+    )
     batches = list(alibaba_v2023(nodes, pods, START))
     rejects = {r.payload.split(",")[0]: (r.kind, r.field) for r in _all(batches, "rejects")}
-    assert rejects == {"n2": ("node_inventory", "gpu"), "n3": ("node_inventory", "model"),
-                       "": ("node_inventory", "sn"), "n5": ("node_inventory", "line"),
-                       "p2": ("job_event", "gpu_milli"), "p3": ("job_event", "pod_phase"),
-                       "p4": ("job_event", "scheduled_time"),
-                       "p5": ("job_event", "deletion_time"),
-                       "p6": ("job_event", "creation_time")}
+    assert rejects == {
+        "n2": ("node_inventory", "gpu"),
+        "n3": ("node_inventory", "model"),
+        "": ("node_inventory", "sn"),
+        "n5": ("node_inventory", "line"),
+        "p2": ("job_event", "gpu_milli"),
+        "p3": ("job_event", "pod_phase"),
+        "p4": ("job_event", "scheduled_time"),
+        "p5": ("job_event", "deletion_time"),
+        "p6": ("job_event", "creation_time"),
+    }
     events = {(e.job_id, e.event): e for e in _all(batches, "job_events")}
     assert events[("p1", "finished")].gpu_model == "V100M16|V100M32"
     assert events[("p1", "finished")].gpu_fraction == 0.25
@@ -230,11 +269,18 @@ def test_v2025_gpu_hours_match_the_csv(v2025: list[Batch], v2025_intervals) -> N
     frame = pl.read_csv(V2025, schema_overrides={c: pl.Float64 for c in times})
     end_s = frame.select(pl.max_horizontal(pl.col(times).max())).item()
     assert b == START + dt.timedelta(seconds=end_s)
-    expected = (frame.filter(pl.col("role") == "HN")
-                .with_columns(((pl.col("deletion_time").fill_null(end_s)
-                                - pl.col("scheduled_time").fill_null(0.0))
-                               * pl.col("gpu_request") / 3600).alias("h"))
-                .group_by("app_name").agg(pl.col("h").sum()))
+    expected = (
+        frame.filter(pl.col("role") == "HN")
+        .with_columns(
+            (
+                (pl.col("deletion_time").fill_null(end_s) - pl.col("scheduled_time").fill_null(0.0))
+                * pl.col("gpu_request")
+                / 3600
+            ).alias("h")
+        )
+        .group_by("app_name")
+        .agg(pl.col("h").sum())
+    )
     got = gpu_hours_by_tenant(_all(v2025, "job_events"), a, b)
     assert got.keys() == {f"{app}/{app}" for app in expected["app_name"]}
     for app, hours in expected.iter_rows():
@@ -243,8 +289,9 @@ def test_v2025_gpu_hours_match_the_csv(v2025: list[Batch], v2025_intervals) -> N
 
 @settings(max_examples=40, deadline=None)
 @given(cuts=st.lists(st.floats(0.0, 1.0, allow_nan=False), max_size=8))
-def test_v2025_gpu_hours_add_up_however_the_window_is_split(v2025_intervals,
-                                                            cuts: list[float]) -> None:
+def test_v2025_gpu_hours_add_up_however_the_window_is_split(
+    v2025_intervals, cuts: list[float]
+) -> None:
     (a, b), ivs = v2025_intervals
     points = sorted({a, b, *(a + (b - a) * c for c in cuts)})
     whole = gpu_hours(ivs, a, b)
@@ -260,24 +307,34 @@ def test_v2025_gpu_hours_add_up_however_the_window_is_split(v2025_intervals,
 
 
 def test_v2025_org_override_and_bad_rows(tmp_path: Path) -> None:
-    header = ("instance_sn,role,app_name,cpu_request,cpu_limit,gpu_request,gpu_limit,"
-              "rdma_request,rdma_limit,memory_request,memory_limit,disk_request,disk_limit,"
-              "max_instance_per_node,creation_time,scheduled_time,deletion_time\n")
+    header = (
+        "instance_sn,role,app_name,cpu_request,cpu_limit,gpu_request,gpu_limit,"
+        "rdma_request,rdma_limit,memory_request,memory_limit,disk_request,disk_limit,"
+        "max_instance_per_node,creation_time,scheduled_time,deletion_time\n"
+    )
     path = tmp_path / "trace.csv"
-    path.write_text(header
-                    + "i1,HN,app_1,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,10.5,20.25,\n"
-                    + "i1,HN,app_1,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,,,\n"
-                    + "i2,XN,app_1,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,,,\n"
-                    + "i3,HN,app_1,12,12,one,1,25,25,120.0,120.0,640.0,800.0,8,,,\n"
-                    + "i4,HN,app_1,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,30,40,35\n"
-                    + "i5,HN,app_1,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,,,-4\n"
-                    + "i6,CN,app_2,12,12,0,0,25,25,120.0,120.0,640.0,800.0,8,5,,100\n"
-                    + "i7,HN,app_1\n")
+    path.write_text(
+        header
+        + "i1,HN,app_1,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,10.5,20.25,\n"
+        + "i1,HN,app_1,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,,,\n"
+        + "i2,XN,app_1,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,,,\n"
+        + "i3,HN,app_1,12,12,one,1,25,25,120.0,120.0,640.0,800.0,8,,,\n"
+        + "i4,HN,app_1,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,30,40,35\n"
+        + "i5,HN,app_1,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,,,-4\n"
+        + "i6,CN,app_2,12,12,0,0,25,25,120.0,120.0,640.0,800.0,8,5,,100\n"
+        + "i7,HN,app_1\n"
+    )
     batches = list(alibaba_v2025(path, START, org="dlrm", chunk_size=2))
     assert all(len(b) <= 2 for b in batches)
     rejects = [(r.payload.split(",")[0], r.field) for r in _all(batches, "rejects")]
-    assert rejects == [("i1", "instance_sn"), ("i2", "role"), ("i3", "gpu_request"),
-                       ("i4", "deletion_time"), ("i5", "deletion_time"), ("i7", "line")]
+    assert rejects == [
+        ("i1", "instance_sn"),
+        ("i2", "role"),
+        ("i3", "gpu_request"),
+        ("i4", "deletion_time"),
+        ("i5", "deletion_time"),
+        ("i7", "line"),
+    ]
     events = {(e.job_id, e.event): e for e in _all(batches, "job_events")}
     started = events[("i1", "started")]
     assert (started.tenant, started.org, started.project) == ("dlrm/app_1", "dlrm", "app_1")

@@ -63,8 +63,10 @@ def _lock_holder(data_dir: Path) -> str | None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             text = fd.read(200).decode("utf-8", "replace")
-            pid = next((ln.split(":", 1)[1].strip() for ln in text.splitlines()
-                        if ln.startswith("PID:")), "unknown")
+            pid = next(
+                (ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("PID:")),
+                "unknown",
+            )
             return pid
         fcntl.flock(fd, fcntl.LOCK_UN)
     return None
@@ -84,10 +86,21 @@ def _translate(exc: BaseException, dsn: str) -> WarehouseError:
     lowered = text.lower()
     if "authentication" in lowered or code == 516:
         msg = f"ClickHouse at {safe} refused the user name or password: check the DSN's credentials"
-    elif any(s in lowered for s in ("connection refused", "max retries", "name or service",
-                                     "failed to establish", "timed out", "nodename nor")):
-        msg = (f"cannot reach ClickHouse at {safe}: is the server running and the host and port "
-               "right? (for the embedded engine, leave warehouse.dsn empty)")
+    elif any(
+        s in lowered
+        for s in (
+            "connection refused",
+            "max retries",
+            "name or service",
+            "failed to establish",
+            "timed out",
+            "nodename nor",
+        )
+    ):
+        msg = (
+            f"cannot reach ClickHouse at {safe}: is the server running and the host and port "
+            "right? (for the embedded engine, leave warehouse.dsn empty)"
+        )
     else:
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         msg = f"warehouse error at {safe}: {first}"
@@ -112,15 +125,20 @@ class Warehouse:
         self.embedded = urlsplit(dsn).scheme == "chdb"
 
     # -- queries -------------------------------------------------------------------------------
-    def command(self, sql: str, parameters: Mapping[str, Any] | None = None,
-                settings: Mapping[str, Any] | None = None) -> Any:
+    def command(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> Any:
         try:
             return self.client.command(sql, parameters=parameters, settings=settings)
         except (ClickHouseError, DatabaseError) as exc:
             raise _translate(exc, self.dsn) from exc
 
-    def table(self, sql: str, parameters: Mapping[str, Any] | None = None
-              ) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def table(
+        self, sql: str, parameters: Mapping[str, Any] | None = None
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run a query and return its column names and rows."""
         try:
             result = self.client.query(sql, parameters=parameters)
@@ -142,19 +160,32 @@ class Warehouse:
         assert isinstance(frame, pl.DataFrame)
         return frame
 
-    def insert_arrow(self, table: str, data: Any, settings: Mapping[str, Any] | None = None) -> None:
+    def insert_arrow(
+        self, table: str, data: Any, settings: Mapping[str, Any] | None = None
+    ) -> None:
         try:
             self.client.insert_arrow(table, data, database=self.database, settings=settings)
         except (ClickHouseError, DatabaseError) as exc:
             raise _translate(exc, self.dsn) from exc
 
-    def insert_rows(self, table: str, rows: Sequence[Sequence[Any]], column_names: Sequence[str],
-                    column_types: Sequence[str], settings: Mapping[str, Any] | None = None) -> None:
+    def insert_rows(
+        self,
+        table: str,
+        rows: Sequence[Sequence[Any]],
+        column_names: Sequence[str],
+        column_types: Sequence[str],
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
         """Insert rows with explicit column names and types (no DESCRIBE round trip)."""
         try:
-            self.client.insert(table, list(rows), column_names=list(column_names),
-                               column_type_names=list(column_types), database=self.database,
-                               settings=settings)
+            self.client.insert(
+                table,
+                list(rows),
+                column_names=list(column_names),
+                column_type_names=list(column_types),
+                database=self.database,
+                settings=settings,
+            )
         except (ClickHouseError, DatabaseError) as exc:
             raise _translate(exc, self.dsn) from exc
 
@@ -163,8 +194,13 @@ class Warehouse:
             self.client.close()
 
 
-def connect(dsn: str, database: str = "gpuledger", *, max_memory_bytes: int = 0,
-            connect_timeout_s: float = 10.0) -> Warehouse:
+def connect(
+    dsn: str,
+    database: str = "gpuledger",
+    *,
+    max_memory_bytes: int = 0,
+    connect_timeout_s: float = 10.0,
+) -> Warehouse:
     """Open the warehouse at ``dsn``: ``chdb:///abs/path`` or ``http(s)://user:pass@host:port``.
 
     Raises :class:`WarehouseError` with a sentence saying what to do when the DSN is bad, the

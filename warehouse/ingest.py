@@ -51,8 +51,20 @@ MAX_FUTURE_SKEW = dt.timedelta(minutes=15)
 MAX_LABEL_CHARS = 1024
 _RATIO_FIELDS = ("gpu_util_ratio", "gr_engine_active_ratio", "mem_util_ratio")
 _NONNEG_FLOAT_FIELDS = ("power_watts",)
-_LABEL_FIELDS = ("cluster", "node", "gpu_uuid", "gpu_model", "vendor", "mig_instance",
-                 "mig_profile", "pod", "namespace", "container", "job_id", "source")
+_LABEL_FIELDS = (
+    "cluster",
+    "node",
+    "gpu_uuid",
+    "gpu_model",
+    "vendor",
+    "mig_instance",
+    "mig_profile",
+    "pod",
+    "namespace",
+    "container",
+    "job_id",
+    "source",
+)
 _REQUIRED_FIELDS = ("cluster", "node", "gpu_uuid")
 
 
@@ -99,8 +111,12 @@ class Ingestor:
     and future-skew checks use.
     """
 
-    def __init__(self, wh: Warehouse, raw_retention_days: int,
-                 now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)):
+    def __init__(
+        self,
+        wh: Warehouse,
+        raw_retention_days: int,
+        now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ):
         self.wh = wh
         self.raw_retention = dt.timedelta(days=raw_retention_days)
         self.now = now
@@ -118,50 +134,73 @@ class Ingestor:
             self._types[table] = dict(rows)
         return self._types[table]
 
-    def _insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-                token: str) -> None:
+    def _insert(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], token: str
+    ) -> None:
         if not rows:
             return
         types = self._column_types(table)
-        self.wh.insert_rows(table, rows, columns, [types[c] for c in columns],
-                            settings=_dedup(token))
+        self.wh.insert_rows(
+            table, rows, columns, [types[c] for c in columns], settings=_dedup(token)
+        )
 
     # -- quarantine ---------------------------------------------------------------------------
-    def quarantine(self, kind: str, batch_id: str, rejects: Sequence[tuple[str, str, str, str]],
-                   source: str = "") -> None:
+    def quarantine(
+        self,
+        kind: str,
+        batch_id: str,
+        rejects: Sequence[tuple[str, str, str, str]],
+        source: str = "",
+    ) -> None:
         """Keep rejected input: ``rejects`` holds (field, value, reason, payload) tuples."""
         now = self.now()
         rows = [(now, source, kind, batch_id, f, v[:1000], r, p) for f, v, r, p in rejects]
-        self._insert("quarantine", ("received_at", "source", "kind", "batch_id", "field",
-                                    "value", "reason", "payload"), rows,
-                     f"{batch_id}:quarantine:{kind}")
+        self._insert(
+            "quarantine",
+            ("received_at", "source", "kind", "batch_id", "field", "value", "reason", "payload"),
+            rows,
+            f"{batch_id}:quarantine:{kind}",
+        )
 
     # -- samples ------------------------------------------------------------------------------
-    def write_samples(self, samples: pl.DataFrame | Sequence[GpuSample],
-                      batch_id: str | None = None) -> IngestResult:
+    def write_samples(
+        self, samples: pl.DataFrame | Sequence[GpuSample], batch_id: str | None = None
+    ) -> IngestResult:
         """Validate and insert GPU samples (a frame with SAMPLE_SCHEMA's columns, or records)."""
         frame, rejects = _coerce_samples(samples)
         good, bad = _validate_samples(frame, self.now(), self.raw_retention)
         rejects.extend(bad)
         if batch_id is None:
-            batch_id = content_id(good.hash_rows(seed=7).to_numpy().tobytes(),
-                                  repr(rejects).encode())
+            batch_id = content_id(
+                good.hash_rows(seed=7).to_numpy().tobytes(), repr(rejects).encode()
+            )
         result = IngestResult()
         if good.height:
-            self.wh.insert_arrow("gpu_samples", good.to_arrow(),
-                                 settings=_dedup(f"{batch_id}:samples"))
+            self.wh.insert_arrow(
+                "gpu_samples", good.to_arrow(), settings=_dedup(f"{batch_id}:samples")
+            )
             result.written["gpu_samples"] += good.height
         if rejects:
-            self.quarantine("gpu_sample", batch_id, rejects,
-                            source=str(frame["source"][0]) if frame.height else "")
+            self.quarantine(
+                "gpu_sample",
+                batch_id,
+                rejects,
+                source=str(frame["source"][0]) if frame.height else "",
+            )
             result.quarantined.update(r[2] for r in rejects)
         return result
 
     # -- records of low volume: validated one by one ------------------------------------------
-    def _write_records(self, kind: str, table: str, records: Sequence[Any],
-                       check: Callable[[Any], tuple[str, str, str] | None],
-                       row: Callable[[Any], Sequence[Any]], columns: Sequence[str],
-                       batch_id: str | None) -> IngestResult:
+    def _write_records(
+        self,
+        kind: str,
+        table: str,
+        records: Sequence[Any],
+        check: Callable[[Any], tuple[str, str, str] | None],
+        row: Callable[[Any], Sequence[Any]],
+        columns: Sequence[str],
+        batch_id: str | None,
+    ) -> IngestResult:
         result = IngestResult()
         if not records:
             return result
@@ -181,34 +220,59 @@ class Ingestor:
             result.quarantined.update(r[2] for r in rejects)
         return result
 
-    def write_gpus(self, records: Sequence[GpuInventory], batch_id: str | None = None
-                   ) -> IngestResult:
-        return self._write_records("gpu_inventory", "gpu_inventory_log", records, _check_gpu,
-                                   tuple, GpuInventory._fields, batch_id)
+    def write_gpus(
+        self, records: Sequence[GpuInventory], batch_id: str | None = None
+    ) -> IngestResult:
+        return self._write_records(
+            "gpu_inventory",
+            "gpu_inventory_log",
+            records,
+            _check_gpu,
+            tuple,
+            GpuInventory._fields,
+            batch_id,
+        )
 
-    def write_nodes(self, records: Sequence[NodeInventory], batch_id: str | None = None
-                    ) -> IngestResult:
-        return self._write_records("node_inventory", "node_inventory_log", records,
-                                   _check_node, tuple, NodeInventory._fields, batch_id)
+    def write_nodes(
+        self, records: Sequence[NodeInventory], batch_id: str | None = None
+    ) -> IngestResult:
+        return self._write_records(
+            "node_inventory",
+            "node_inventory_log",
+            records,
+            _check_node,
+            tuple,
+            NodeInventory._fields,
+            batch_id,
+        )
 
-    def write_job_events(self, records: Sequence[JobEvent], batch_id: str | None = None
-                         ) -> IngestResult:
+    def write_job_events(
+        self, records: Sequence[JobEvent], batch_id: str | None = None
+    ) -> IngestResult:
         """Insert job events, then re-derive the allocation intervals of the jobs they touch.
 
         The intervals are computed in SQL from all of a job's events (``derive_allocations``),
         so events that arrive late, out of order or twice give the same intervals.
         """
-        result = self._write_records("job_event", "job_events", records, _check_event,
-                                     _event_row, JobEvent._fields, batch_id)
+        result = self._write_records(
+            "job_event", "job_events", records, _check_event, _event_row, JobEvent._fields, batch_id
+        )
         jobs = sorted({(e.cluster, e.job_id) for e in records if _check_event(e) is None})
         for start in range(0, len(jobs), 5000):
-            self.wh.command(queries.sql("derive_allocations"),
-                            {"db": self.wh.database, "jobs": jobs[start:start + 5000]})
+            self.wh.command(
+                queries.sql("derive_allocations"),
+                {"db": self.wh.database, "jobs": jobs[start : start + 5000]},
+            )
         return result
 
     # -- configuration ------------------------------------------------------------------------
-    def write_config(self, tenants: Iterable[Tenant] = (), rules: Iterable[TenantRule] = (),
-                     quotas: Iterable[Quota] = (), prices: Iterable[Price] = ()) -> IngestResult:
+    def write_config(
+        self,
+        tenants: Iterable[Tenant] = (),
+        rules: Iterable[TenantRule] = (),
+        quotas: Iterable[Quota] = (),
+        prices: Iterable[Price] = (),
+    ) -> IngestResult:
         """Insert tenants, tenant rules, quotas and prices (the latest version of each wins)."""
         now = self.now()
         result = IngestResult()
@@ -222,9 +286,13 @@ class Ingestor:
                 continue
             fields = type(records[0])._fields
             result += self._write_records(
-                kind, table, records, check,
+                kind,
+                table,
+                records,
+                check,
                 lambda r: (*_config_row(r), now),
-                (*fields, "updated_at"), content_id(repr(records).encode(), str(now).encode()),
+                (*fields, "updated_at"),
+                content_id(repr(records).encode(), str(now).encode()),
             )
         return result
 
@@ -244,15 +312,15 @@ class Ingestor:
             result += self.write_rejects(batch.rejects, suffix("rejects"))
         return result
 
-    def write_rejects(self, rejects: Sequence[Reject], batch_id: str | None = None
-                      ) -> IngestResult:
+    def write_rejects(self, rejects: Sequence[Reject], batch_id: str | None = None) -> IngestResult:
         """Quarantine what a source could not parse (see ``collector.records.Reject``)."""
         batch_id = batch_id or content_id(repr(list(rejects)).encode())
         result = IngestResult()
         by_kind: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
         for r in rejects:
             by_kind.setdefault((r.kind, r.source), []).append(
-                (r.field, r.value, r.reason, r.payload[:65536]))
+                (r.field, r.value, r.reason, r.payload[:65536])
+            )
         for (kind, source), rows in by_kind.items():
             self.quarantine(kind, f"{batch_id}:{source}", rows, source=source)
             result.quarantined.update(row[2] for row in rows)
@@ -260,28 +328,33 @@ class Ingestor:
 
 
 def _dedup(token: str) -> dict[str, Any]:
-    return {"insert_deduplication_token": token,
-            "deduplicate_blocks_in_dependent_materialized_views": 1}
+    return {
+        "insert_deduplication_token": token,
+        "deduplicate_blocks_in_dependent_materialized_views": 1,
+    }
 
 
 # -- sample validation (vectorised) -----------------------------------------------------------
-def _coerce_samples(samples: pl.DataFrame | Sequence[GpuSample]
-                    ) -> tuple[pl.DataFrame, list[tuple[str, str, str, str]]]:
+def _coerce_samples(
+    samples: pl.DataFrame | Sequence[GpuSample],
+) -> tuple[pl.DataFrame, list[tuple[str, str, str, str]]]:
     """Bring ``samples`` to SAMPLE_SCHEMA; a row with a value that does not fit is rejected."""
     if isinstance(samples, pl.DataFrame):
         missing = [c for c in SAMPLE_SCHEMA if c not in samples.columns]
         if missing:
-            raise ValueError(f"sample frame lacks columns {missing}: build it with "
-                             "collector.records.SAMPLE_SCHEMA")
+            raise ValueError(
+                f"sample frame lacks columns {missing}: build it with "
+                "collector.records.SAMPLE_SCHEMA"
+            )
         raw = samples.select(list(SAMPLE_SCHEMA))
         if raw.schema == pl.Schema(SAMPLE_SCHEMA):
             return raw, []
-        pairs = {name: (raw[name], _cast(raw[name], dtype))
-                 for name, dtype in SAMPLE_SCHEMA.items()}
+        pairs = {
+            name: (raw[name], _cast(raw[name], dtype)) for name, dtype in SAMPLE_SCHEMA.items()
+        }
     else:
         rows = list(samples)
-        pairs = {name: _convert(name, [r[i] for r in rows])
-                 for i, name in enumerate(SAMPLE_SCHEMA)}
+        pairs = {name: _convert(name, [r[i] for r in rows]) for i, name in enumerate(SAMPLE_SCHEMA)}
     height = len(pairs["ts"][1])
     bad = pl.Series([False] * height)
     rejects: list[tuple[str, str, str, str]] = []
@@ -289,9 +362,14 @@ def _coerce_samples(samples: pl.DataFrame | Sequence[GpuSample]
         lost = converted.is_null() & original.is_not_null() & ~bad
         for idx in lost.arg_true().to_list():
             value = original[idx]
-            rejects.append((name, str(value), f"{name} {value!r} is not a valid "
-                            f"{SAMPLE_SCHEMA[name]}",
-                            _payload({k: str(o[idx]) for k, (o, _c) in pairs.items()})))
+            rejects.append(
+                (
+                    name,
+                    str(value),
+                    f"{name} {value!r} is not a valid {SAMPLE_SCHEMA[name]}",
+                    _payload({k: str(o[idx]) for k, (o, _c) in pairs.items()}),
+                )
+            )
         bad = bad | lost
     frame = pl.DataFrame([converted for _o, converted in pairs.values()])
     return frame.filter(~bad), rejects
@@ -325,40 +403,62 @@ def _one(value: Any, dtype: pl.DataType) -> Any:
         return None
 
 
-def _validate_samples(frame: pl.DataFrame, now: dt.datetime, retention: dt.timedelta
-                      ) -> tuple[pl.DataFrame, list[tuple[str, str, str, str]]]:
+def _validate_samples(
+    frame: pl.DataFrame, now: dt.datetime, retention: dt.timedelta
+) -> tuple[pl.DataFrame, list[tuple[str, str, str, str]]]:
     """Split ``frame`` into valid rows and rejects (field, value, reason, payload)."""
     oldest = now - retention
     newest = now + MAX_FUTURE_SKEW
     checks: list[tuple[str, pl.Expr, str]] = [
         ("ts", pl.col("ts").is_null(), "ts is missing"),
-        ("ts", pl.col("ts") < oldest,
-         f"ts is older than the raw retention ({retention.days} days): the sample would be "
-         "dropped from gpu_samples but kept in rollups; raise warehouse.raw_retention_days "
-         "to backfill it"),
-        ("ts", pl.col("ts") > newest,
-         "ts is more than 15 minutes in the future: check the source's clock"),
+        (
+            "ts",
+            pl.col("ts") < oldest,
+            f"ts is older than the raw retention ({retention.days} days): the sample would be "
+            "dropped from gpu_samples but kept in rollups; raise warehouse.raw_retention_days "
+            "to backfill it",
+        ),
+        (
+            "ts",
+            pl.col("ts") > newest,
+            "ts is more than 15 minutes in the future: check the source's clock",
+        ),
     ]
     for name in _REQUIRED_FIELDS:
         checks.append((name, pl.col(name).fill_null("") == "", f"{name} is empty"))
     for name in _LABEL_FIELDS:
-        checks.append((name, pl.col(name).str.len_chars() > MAX_LABEL_CHARS,
-                       f"{name} is longer than {MAX_LABEL_CHARS} characters"))
+        checks.append(
+            (
+                name,
+                pl.col(name).str.len_chars() > MAX_LABEL_CHARS,
+                f"{name} is longer than {MAX_LABEL_CHARS} characters",
+            )
+        )
     for name in _RATIO_FIELDS:
         col = pl.col(name)
-        checks.append((name, col.is_nan() | (col < 0) | (col > 1),
-                       f"{name} must be a ratio within 0-1 (not a percent, not NaN)"))
+        checks.append(
+            (
+                name,
+                col.is_nan() | (col < 0) | (col > 1),
+                f"{name} must be a ratio within 0-1 (not a percent, not NaN)",
+            )
+        )
     for name in (*_NONNEG_FLOAT_FIELDS, "temperature_celsius"):
         col = pl.col(name)
         checks.append((name, col.is_nan() | col.is_infinite(), f"{name} is NaN or infinite"))
     for name in _NONNEG_FLOAT_FIELDS:
         checks.append((name, pl.col(name) < 0, f"{name} must not be negative"))
-    checks.append(("memory_used_bytes",
-                   pl.col("memory_used_bytes") > pl.col("memory_total_bytes"),
-                   "memory_used_bytes exceeds memory_total_bytes"))
+    checks.append(
+        (
+            "memory_used_bytes",
+            pl.col("memory_used_bytes") > pl.col("memory_total_bytes"),
+            "memory_used_bytes exceeds memory_total_bytes",
+        )
+    )
 
-    flags = frame.select([expr.fill_null(False).alias(f"_{i}")
-                          for i, (_, expr, _) in enumerate(checks)])
+    flags = frame.select(
+        [expr.fill_null(False).alias(f"_{i}") for i, (_, expr, _) in enumerate(checks)]
+    )
     any_bad = flags.select(pl.any_horizontal(pl.all()).alias("bad"))["bad"]
     if not any_bad.any():
         return frame, []
@@ -397,7 +497,11 @@ def _check_gpu(r: GpuInventory) -> tuple[str, str, str] | None:
     if r.health not in GPU_HEALTH:
         return ("health", r.health, f"health must be one of {', '.join(GPU_HEALTH)}")
     if not (isinstance(r.capacity_fraction, float | int) and 0 < r.capacity_fraction <= 1):
-        return ("capacity_fraction", str(r.capacity_fraction), "capacity_fraction must be in (0, 1]")
+        return (
+            "capacity_fraction",
+            str(r.capacity_fraction),
+            "capacity_fraction must be in (0, 1]",
+        )
     return None
 
 
@@ -425,15 +529,21 @@ def _check_event(r: JobEvent) -> tuple[str, str, str] | None:
     if r.event not in JOB_EVENTS:
         return ("event", r.event, f"event must be one of {', '.join(JOB_EVENTS)}")
     if r.workload_type not in WORKLOAD_TYPES:
-        return ("workload_type", r.workload_type,
-                f"workload_type must be one of {', '.join(WORKLOAD_TYPES)}")
+        return (
+            "workload_type",
+            r.workload_type,
+            f"workload_type must be one of {', '.join(WORKLOAD_TYPES)}",
+        )
     if not _finite(r.gpus_requested) or r.gpus_requested < 0:
         return ("gpus_requested", str(r.gpus_requested), "gpus_requested must be >= 0")
     if not _finite(r.gpu_fraction) or not 0 < r.gpu_fraction <= 1:
         return ("gpu_fraction", str(r.gpu_fraction), "gpu_fraction must be in (0, 1]")
     if r.mig_instances and len(r.mig_instances) != len(r.gpu_uuids):
-        return ("mig_instances", str(r.mig_instances),
-                "mig_instances must be empty or name one instance per GPU in gpu_uuids")
+        return (
+            "mig_instances",
+            str(r.mig_instances),
+            "mig_instances must be empty or name one instance per GPU in gpu_uuids",
+        )
     if r.started_at is not None and not _aware(r.started_at):
         return ("started_at", str(r.started_at), "started_at must be timezone-aware")
     return None

@@ -117,7 +117,8 @@ def status(wh: Warehouse, opts: RenderOptions) -> list[MigrationStatus]:
     applied: dict[int, tuple[dt.datetime, str]] = {}
     exists = wh.rows(
         "SELECT count() FROM system.tables WHERE database = {db:String} "
-        "AND name = 'schema_migrations'", {"db": opts.database},
+        "AND name = 'schema_migrations'",
+        {"db": opts.database},
     )[0][0]
     if exists:
         for version, applied_at, checksum in wh.rows(
@@ -128,8 +129,9 @@ def status(wh: Warehouse, opts: RenderOptions) -> list[MigrationStatus]:
     out = []
     for m in load_migrations():
         at, checksum = applied.get(m.version, (None, None))
-        out.append(MigrationStatus(m.version, m.name, at,
-                                   at is not None and checksum != m.checksum))
+        out.append(
+            MigrationStatus(m.version, m.name, at, at is not None and checksum != m.checksum)
+        )
     return out
 
 
@@ -180,15 +182,20 @@ def reconcile_retention(wh: Warehouse, opts: RenderOptions) -> list[str]:
     on_cluster = f" ON CLUSTER {opts.cluster}" if opts.cluster else ""
     changed = []
     for table, (expr, setting) in RETENTION.items():
-        rows = wh.rows("SELECT create_table_query FROM system.tables WHERE database = {d:String} "
-                       "AND name = {t:String}", {"d": opts.database, "t": table + local})
+        rows = wh.rows(
+            "SELECT create_table_query FROM system.tables WHERE database = {d:String} "
+            "AND name = {t:String}",
+            {"d": opts.database, "t": table + local},
+        )
         if not rows:
             continue
         match = _TTL_DAYS.search(rows[0][0])
         days = getattr(opts, setting)
         if match and int(match[1] or match[2]) == days:
             continue
-        wh.command(f"ALTER TABLE {opts.database}.{table}{local}{on_cluster} "
-                   f"MODIFY TTL {expr} + INTERVAL {int(days)} DAY")
+        wh.command(
+            f"ALTER TABLE {opts.database}.{table}{local}{on_cluster} "
+            f"MODIFY TTL {expr} + INTERVAL {int(days)} DAY"
+        )
         changed.append(table)
     return changed

@@ -27,8 +27,7 @@ def run(wh: Warehouse, name: str, **params: Any) -> pl.DataFrame:
     return wh.frame(sql(name), {"db": wh.database, **params})
 
 
-def fleet_hourly(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime
-                 ) -> pl.DataFrame:
+def fleet_hourly(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
     """Per hour: capacity_gpus, allocated_gpus, used_gpus (see ``sql/fleet_hourly.sql``)."""
     return run(wh, "fleet_hourly", cluster=cluster, start=start, end=end)
 

@@ -11,9 +11,8 @@ import dash
 import plotly.graph_objects as go
 from dash import Input, Output, callback, dcc, html
 
-from warehouse import queries
-
 from dashboards import context
+from warehouse import queries
 
 dash.register_page(__name__, path="/", name="Overview", title="gpuledger — fleet overview")
 
@@ -28,8 +27,12 @@ def layout(**_query: str) -> html.Div:
                     html.Label("Cluster"),
                     dcc.Dropdown(id="overview-cluster", clearable=False, style={"width": "14rem"}),
                     html.Label("Range"),
-                    dcc.RadioItems(id="overview-range", value="7d", inline=True,
-                                   options=[{"label": k, "value": k} for k in RANGES]),
+                    dcc.RadioItems(
+                        id="overview-range",
+                        value="7d",
+                        inline=True,
+                        options=[{"label": k, "value": k} for k in RANGES],
+                    ),
                 ],
                 className="controls",
             ),
@@ -42,38 +45,60 @@ def layout(**_query: str) -> html.Div:
     )
 
 
-@callback(Output("overview-cluster", "options"), Output("overview-cluster", "value"),
-          Input("overview-refresh", "n_intervals"), Input("overview-cluster", "value"))
+@callback(
+    Output("overview-cluster", "options"),
+    Output("overview-cluster", "value"),
+    Input("overview-refresh", "n_intervals"),
+    Input("overview-cluster", "value"),
+)
 def _clusters(_n: int | None, current: str | None) -> tuple[list[str], str | None]:
     names = queries.clusters(context.get().wh)["cluster"].to_list()
     return names, current if current in names else (names[0] if names else None)
 
 
 def _kpi(label: str, value: str) -> html.Div:
-    return html.Div([html.Div(value, className="value"), html.Div(label, className="label")],
-                    className="kpi")
+    return html.Div(
+        [html.Div(value, className="value"), html.Div(label, className="label")], className="kpi"
+    )
 
 
-@callback(Output("overview-kpis", "children"), Output("overview-timeseries", "figure"),
-          Output("overview-inventory", "children"),
-          Input("overview-cluster", "value"), Input("overview-range", "value"),
-          Input("overview-refresh", "n_intervals"))
-def _refresh(cluster: str | None, range_key: str, _n: int | None
-             ) -> tuple[list[html.Div], go.Figure, html.Table | html.P]:
-    figure = go.Figure(layout={"template": "plotly_white", "height": 380,
-                               "margin": {"l": 50, "r": 20, "t": 30, "b": 40},
-                               "yaxis": {"title": "GPUs"}})
+@callback(
+    Output("overview-kpis", "children"),
+    Output("overview-timeseries", "figure"),
+    Output("overview-inventory", "children"),
+    Input("overview-cluster", "value"),
+    Input("overview-range", "value"),
+    Input("overview-refresh", "n_intervals"),
+)
+def _refresh(
+    cluster: str | None, range_key: str, _n: int | None
+) -> tuple[list[html.Div], go.Figure, html.Table | html.P]:
+    figure = go.Figure(
+        layout={
+            "template": "plotly_white",
+            "height": 380,
+            "margin": {"l": 50, "r": 20, "t": 30, "b": 40},
+            "yaxis": {"title": "GPUs"},
+        }
+    )
     if not cluster:
         return [html.P("No samples in the warehouse yet.", className="empty")], figure, html.P("")
     wh = context.get().wh
-    end = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) + dt.timedelta(
-        hours=1)
+    end = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
     start = end - dt.timedelta(days=RANGES.get(range_key, 7))
     hourly = queries.fleet_hourly(wh, cluster, start, end)
-    for column, name in (("capacity_gpus", "Capacity"), ("allocated_gpus", "Allocated"),
-                         ("used_gpus", "Used")):
-        figure.add_scatter(x=hourly["ts"].to_list(), y=hourly[column].to_list(), name=name,
-                           mode="lines", line={"shape": "hv"} if column == "capacity_gpus" else {})
+    for column, name in (
+        ("capacity_gpus", "Capacity"),
+        ("allocated_gpus", "Allocated"),
+        ("used_gpus", "Used"),
+    ):
+        figure.add_scatter(
+            x=hourly["ts"].to_list(),
+            y=hourly[column].to_list(),
+            name=name,
+            mode="lines",
+            line={"shape": "hv"} if column == "capacity_gpus" else {},
+        )
     inventory = queries.fleet_summary(wh, cluster)
     if hourly.height:
         cap = hourly["capacity_gpus"].mean()
@@ -89,8 +114,11 @@ def _refresh(cluster: str | None, range_key: str, _n: int | None
         kpis = [html.P("No samples in this range.", className="empty")]
     table = html.Table(
         [html.Tr([html.Th(h) for h in ("GPU model", "Health", "GPUs")])]
-        + [html.Tr([html.Td(r["gpu_model"]), html.Td(r["health"]), html.Td(f"{r['gpus']}")])
-           for r in inventory.iter_rows(named=True)],
-        className="inventory", id="overview-inventory-table",
+        + [
+            html.Tr([html.Td(r["gpu_model"]), html.Td(r["health"]), html.Td(f"{r['gpus']}")])
+            for r in inventory.iter_rows(named=True)
+        ],
+        className="inventory",
+        id="overview-inventory-table",
     )
     return kpis, figure, table

@@ -47,8 +47,12 @@ def build(out_dir: Path) -> Path | None:
     if cc is None:
         return None
     out = Path(out_dir) / SONAME
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", f"-Wl,-soname,{SONAME}", "-o", str(out),
-                    str(SOURCE)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O2", f"-Wl,-soname,{SONAME}", "-o", str(out), str(SOURCE)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out
 
 
@@ -113,23 +117,40 @@ class StubConfig:
         lines = [f"init {self.init_rc}", f"driver {self.driver}", f"cuda {self.cuda}"]
         lines += [f"error {sym} {rc}" for sym, rc in self.errors.items()]
         for d in self.devices:
-            lines += ["device", f"name {d.name}", f"uuid {d.uuid}", f"pci {d.pci}",
-                      f"serial {d.serial}", f"cc {d.cc[0]} {d.cc[1]}",
-                      f"mem {d.mem_total} {d.mem_used} {d.mem_reserved}",
-                      f"util {d.util[0]} {d.util[1]}", f"power_mw {d.power_mw}",
-                      f"energy_mj {d.energy_mj}", f"temp {d.temp}", f"sm_clock {d.sm_clock}",
-                      f"clock_reasons {d.clock_reasons}", f"ecc_dbe {d.ecc_dbe}",
-                      "remapped {} {} {} {}".format(*d.remapped),
-                      f"mig_mode {d.mig_mode[0]} {d.mig_mode[1]}", f"lost {int(d.lost)}"]
+            lines += [
+                "device",
+                f"name {d.name}",
+                f"uuid {d.uuid}",
+                f"pci {d.pci}",
+                f"serial {d.serial}",
+                f"cc {d.cc[0]} {d.cc[1]}",
+                f"mem {d.mem_total} {d.mem_used} {d.mem_reserved}",
+                f"util {d.util[0]} {d.util[1]}",
+                f"power_mw {d.power_mw}",
+                f"energy_mj {d.energy_mj}",
+                f"temp {d.temp}",
+                f"sm_clock {d.sm_clock}",
+                f"clock_reasons {d.clock_reasons}",
+                f"ecc_dbe {d.ecc_dbe}",
+                "remapped {} {} {} {}".format(*d.remapped),
+                f"mig_mode {d.mig_mode[0]} {d.mig_mode[1]}",
+                f"lost {int(d.lost)}",
+            ]
             lines += [f"profile {i} {s} {mb} {name}" for i, s, mb, name in d.profiles]
             lines += [f"proc {pid} {used}" for pid, used in d.procs]
             lines += [f"procutil {pid} {sm} {mem}" for pid, sm, mem in d.procutil]
             lines += [f"xid {x}" for x in d.xids]
             lines += [f"error {sym} {rc}" for sym, rc in d.errors.items()]
             for m in d.migs:
-                lines += ["mig", f"uuid {m.uuid}", f"gi {m.gi}", f"ci {m.ci}",
-                          f"slices {m.slices}", f"mem_mb {m.mem_mb}",
-                          f"mem {m.mem_total} {m.mem_used} 0"]
+                lines += [
+                    "mig",
+                    f"uuid {m.uuid}",
+                    f"gi {m.gi}",
+                    f"ci {m.ci}",
+                    f"slices {m.slices}",
+                    f"mem_mb {m.mem_mb}",
+                    f"mem {m.mem_total} {m.mem_used} 0",
+                ]
                 lines += [f"proc {pid} {used}" for pid, used in m.procs]
                 lines += [f"xid {x}" for x in m.xids]
                 lines += [f"error {sym} {rc}" for sym, rc in m.errors.items()]
@@ -143,9 +164,14 @@ class StubConfig:
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-40GB"
 #: A100-40GB GPU-instance profiles: (profile id, slices, memory MiB, name), as NVML lists them.
-A100_40GB_PROFILES = [(0, 1, 4864, "MIG 1g.5gb"), (1, 2, 9984, "MIG 2g.10gb"),
-                      (2, 3, 19968, "MIG 3g.20gb"), (3, 4, 19968, "MIG 4g.20gb"),
-                      (4, 7, 40192, "MIG 7g.40gb"), (7, 1, 4864, "MIG 1g.5gb+me")]
+A100_40GB_PROFILES = [
+    (0, 1, 4864, "MIG 1g.5gb"),
+    (1, 2, 9984, "MIG 2g.10gb"),
+    (2, 3, 19968, "MIG 3g.20gb"),
+    (3, 4, 19968, "MIG 4g.20gb"),
+    (4, 7, 40192, "MIG 7g.40gb"),
+    (7, 1, 4864, "MIG 1g.5gb+me"),
+]
 
 
 def _h100(**fields: Any) -> StubDevice:
@@ -154,24 +180,68 @@ def _h100(**fields: Any) -> StubDevice:
 
 def default_config() -> StubConfig:
     """Two busy H100s and a MIG A100; processes use the PIDs of ``tests/data/cgroup/proc``."""
-    return StubConfig(devices=[
-        _h100(uuid="GPU-11111111-2222-3333-4444-555555555555", pci="00000000:18:00.0",
-                   serial="1654922000001", mem_used=30 * GIB, util=(87, 43), power_mw=412_345,
-                   energy_mj=9_876_543_210, temp=61, clock_reasons=0x1,
-                   procs=[(2101, 20 * GIB), (2103, 10 * GIB)],
-                   procutil=[(2101, 80, 40), (2101, 60, 30), (2103, 5, 1)]),
-        _h100(uuid="GPU-66666666-7777-8888-9999-000000000000", pci="00000000:2A:00.0",
-                   serial="1654922000002", mem_used=70 * GIB, util=(99, 71), power_mw=698_000,
-                   energy_mj=12_000_000_000, temp=74, clock_reasons=0x4, remapped=(2, 0, 0, 0),
-                   procs=[(2201, 40 * GIB), (2204, 30 * GIB)]),
-        StubDevice(name=A100, uuid="GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
-                   pci="00000000:B7:00.0", serial="1323120012345", cc=(8, 0),
-                   mem_total=40 * GIB, mem_used=3 * GIB, power_mw=88_500, energy_mj=555_000,
-                   temp=35, sm_clock=1410, mig_mode=(1, 1), profiles=A100_40GB_PROFILES,
-                   migs=[StubMig(uuid="MIG-0e1d2c3b-4a59-6877-8695-a4b3c2d1e0f9", gi=13,
-                                 slices=1, mem_mb=4864, mem_total=4864 * MIB,
-                                 mem_used=1 * GIB, procs=[(2202, 1 * GIB)]),
-                         StubMig(uuid="MIG-9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0", gi=5,
-                                 slices=2, mem_mb=9984, mem_total=9984 * MIB,
-                                 mem_used=2 * GIB, procs=[(2102, 2 * GIB)])]),
-    ])
+    return StubConfig(
+        devices=[
+            _h100(
+                uuid="GPU-11111111-2222-3333-4444-555555555555",
+                pci="00000000:18:00.0",
+                serial="1654922000001",
+                mem_used=30 * GIB,
+                util=(87, 43),
+                power_mw=412_345,
+                energy_mj=9_876_543_210,
+                temp=61,
+                clock_reasons=0x1,
+                procs=[(2101, 20 * GIB), (2103, 10 * GIB)],
+                procutil=[(2101, 80, 40), (2101, 60, 30), (2103, 5, 1)],
+            ),
+            _h100(
+                uuid="GPU-66666666-7777-8888-9999-000000000000",
+                pci="00000000:2A:00.0",
+                serial="1654922000002",
+                mem_used=70 * GIB,
+                util=(99, 71),
+                power_mw=698_000,
+                energy_mj=12_000_000_000,
+                temp=74,
+                clock_reasons=0x4,
+                remapped=(2, 0, 0, 0),
+                procs=[(2201, 40 * GIB), (2204, 30 * GIB)],
+            ),
+            StubDevice(
+                name=A100,
+                uuid="GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+                pci="00000000:B7:00.0",
+                serial="1323120012345",
+                cc=(8, 0),
+                mem_total=40 * GIB,
+                mem_used=3 * GIB,
+                power_mw=88_500,
+                energy_mj=555_000,
+                temp=35,
+                sm_clock=1410,
+                mig_mode=(1, 1),
+                profiles=A100_40GB_PROFILES,
+                migs=[
+                    StubMig(
+                        uuid="MIG-0e1d2c3b-4a59-6877-8695-a4b3c2d1e0f9",
+                        gi=13,
+                        slices=1,
+                        mem_mb=4864,
+                        mem_total=4864 * MIB,
+                        mem_used=1 * GIB,
+                        procs=[(2202, 1 * GIB)],
+                    ),
+                    StubMig(
+                        uuid="MIG-9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0",
+                        gi=5,
+                        slices=2,
+                        mem_mb=9984,
+                        mem_total=9984 * MIB,
+                        mem_used=2 * GIB,
+                        procs=[(2102, 2 * GIB)],
+                    ),
+                ],
+            ),
+        ]
+    )

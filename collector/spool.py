@@ -49,7 +49,7 @@ _DATETIME_FIELDS = {"ts", "started_at"}
 
 
 def _encode_record(record: Any) -> list[Any]:
-    out = []
+    out: list[Any] = []
     for value in record:
         if isinstance(value, dt.datetime):
             out.append({"$dt": value.isoformat()})
@@ -61,7 +61,7 @@ def _encode_record(record: Any) -> list[Any]:
 
 
 def _decode_record(cls: Any, values: list[Any]) -> Any:
-    decoded = []
+    decoded: list[Any] = []
     for name, value in zip(cls._fields, values, strict=True):
         if isinstance(value, dict) and "$dt" in value:
             decoded.append(dt.datetime.fromisoformat(value["$dt"]))

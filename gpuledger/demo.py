@@ -72,7 +72,7 @@ class DemoRun:
                     f"with {json.dumps({k: previous.get(k) for k in params})}; start the demo "
                     "with the same --gpus/--seed, or use another --data-dir"
                 )
-            start = dt.datetime.fromisoformat(previous["start"])
+            start = dt.datetime.fromisoformat(str(previous["start"]))
             resume = _align(last, s.interval_s) + dt.timedelta(seconds=s.interval_s)
             progress(
                 f"resuming demo cluster {s.cluster!r}: replaying {start:%Y-%m-%d %H:%M} to "

@@ -73,7 +73,7 @@ def register(
     metrics = metrics or ServerMetrics()
 
     @server.post("/api/v1/ingest")
-    def ingest() -> flask.Response:
+    def ingest() -> flask.typing.ResponseReturnValue:
         batch_id = flask.request.headers.get("X-Batch-Id", "")
         if not batch_id:
             metrics.batches.labels("refused").inc()
@@ -96,7 +96,7 @@ def register(
         metrics.seconds.observe(time.perf_counter() - started)
         metrics.batches.labels("written").inc()
         newest = (
-            batch.samples["ts"].max()
+            batch.samples["ts"].max()  # type: ignore[call-overload]
             if hasattr(batch.samples, "columns") and len(batch.samples)
             else None
         )
@@ -104,7 +104,7 @@ def register(
         return flask.jsonify(written=dict(result.written), quarantined=result.quarantined_total)
 
     @server.get("/healthz")
-    def healthz() -> flask.Response:
+    def healthz() -> flask.typing.ResponseReturnValue:
         try:
             wh.rows("SELECT 1")
         except WarehouseError as exc:

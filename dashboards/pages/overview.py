@@ -9,7 +9,9 @@ import datetime as dt
 
 import dash
 import plotly.graph_objects as go
+import polars as pl
 from dash import Input, Output, callback, dcc, html
+from dash.development.base_component import Component
 
 from dashboards import context
 from warehouse import queries
@@ -56,6 +58,11 @@ def _clusters(_n: int | None, current: str | None) -> tuple[list[str], str | Non
     return names, current if current in names else (names[0] if names else None)
 
 
+def _mean(frame: pl.DataFrame, column: str) -> float:
+    value = frame[column].cast(pl.Float64).mean()
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
 def _kpi(label: str, value: str) -> html.Div:
     return html.Div(
         [html.Div(value, className="value"), html.Div(label, className="label")], className="kpi"
@@ -72,7 +79,7 @@ def _kpi(label: str, value: str) -> html.Div:
 )
 def _refresh(
     cluster: str | None, range_key: str, _n: int | None
-) -> tuple[list[html.Div], go.Figure, html.Table | html.P]:
+) -> tuple[list[Component], go.Figure, html.Table | html.P]:
     figure = go.Figure(
         layout={
             "template": "plotly_white",
@@ -101,10 +108,10 @@ def _refresh(
         )
     inventory = queries.fleet_summary(wh, cluster)
     if hourly.height:
-        cap = hourly["capacity_gpus"].mean()
-        alloc = hourly["allocated_gpus"].mean()
-        used = hourly["used_gpus"].mean()
-        kpis = [
+        cap, alloc, used = (
+            _mean(hourly, c) for c in ("capacity_gpus", "allocated_gpus", "used_gpus")
+        )
+        kpis: list[Component] = [
             _kpi("GPUs reporting (mean)", f"{cap:,.1f}"),
             _kpi("GPUs allocated (mean)", f"{alloc:,.1f} ({alloc / cap:.0%})" if cap else "0"),
             _kpi("GPUs' worth used (mean)", f"{used:,.1f} ({used / cap:.0%})" if cap else "0"),

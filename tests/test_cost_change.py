@@ -1,0 +1,96 @@
+"""Why cost changed, on a hand-computed pair of months.
+
+month     H100 GPU-h  price   L40S GPU-h  price   direct
+2026-10   10          2.00    10          1.00    30.00
+2026-11   20          3.00     0          -       60.00     (H100 price rose on Nov 1)
+
+H_A = 20, p̄_A = 0.5 x 2 + 0.5 x 1 = 1.50, H_B = 20
+volume = (20 - 20) x 1.50                       =  0.00
+mix    = 20 x ((1 - 0.5) x 2 + (0 - 0.5) x 1)   = 10.00
+price  = 20 x (3 - 2)                           = 20.00   → +30.00 in all
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from collector.records import JobEvent, Price
+from warehouse.analytics.cost_change import decompose, month_window, why_cost
+from warehouse.analytics.ledger import LedgerError
+from warehouse.client import Warehouse
+from warehouse.ingest import Ingestor
+
+
+def _job(ing: Ingestor, job: str, model: str, start: dt.datetime, hours: int) -> None:
+    common = {
+        "cluster": "c1",
+        "tenant": "ml/vision",
+        "org": "ml",
+        "project": "vision",
+        "gpu_model": model,
+        "pool": "p1",
+        "gpus_requested": 1.0,
+        "node": "n1",
+        "gpu_uuids": (f"{job}-gpu",),
+    }
+    ing.write_job_events(
+        [
+            JobEvent(start, job_id=job, event="started", **common),
+            JobEvent(start + dt.timedelta(hours=hours), job_id=job, event="finished", **common),
+        ]
+    )
+
+
+def test_hand_computed_decomposition(wh: Warehouse) -> None:
+    ing = Ingestor(wh, 35)
+    oct5, nov5 = dt.datetime(2026, 10, 5, tzinfo=dt.UTC), dt.datetime(2026, 11, 5, tzinfo=dt.UTC)
+    _job(ing, "a", "H100", oct5, 10)
+    _job(ing, "b", "L40S", oct5, 10)
+    _job(ing, "c", "H100", nov5, 20)
+    sep = dt.datetime(2026, 9, 1, tzinfo=dt.UTC)
+    ing.write_config(
+        prices=[
+            Price(sep, "H100", "2.00"),
+            Price(sep, "L40S", "1.00"),
+            Price(dt.datetime(2026, 11, 1, tzinfo=dt.UTC), "H100", "3.00"),
+        ]
+    )
+    change = why_cost(wh, "2026-11", cluster="c1")
+    assert change.previous.total == Decimal("30.00") and change.current.total == Decimal("60.00")
+    assert (change.volume, change.mix, change.price) == (Decimal(0), Decimal(10), Decimal(20))
+    assert change.unallocated_share == 0  # no inventory: nothing unallocated to share
+    assert change.volume + change.mix + change.price + change.unallocated_share == change.change
+    text = change.to_text()
+    assert text.startswith("Cost of the cluster rose from 30.00 in 2026-10 to 60.00 in 2026-11")
+    assert text.splitlines()[1].split()[:2] == ["price", "+20.00"]  # biggest effect first
+    doc = change.to_json()
+    assert doc["because"] == {
+        "volume": "0.00",
+        "gpu_model_mix": "10.00",
+        "price": "20.00",
+        "unallocated_share": "0.00",
+    }
+    tenant = why_cost(wh, "2026-11", tenant="ml/vision", cluster="c1")
+    assert tenant.change == Decimal(30)
+
+
+def test_month_parsing() -> None:
+    assert month_window("2026-12") == (
+        dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
+        dt.datetime(2027, 1, 1, tzinfo=dt.UTC),
+    )
+    with pytest.raises(LedgerError, match="use YYYY-MM"):
+        month_window("Nov")
+
+
+def test_first_month_is_all_volume() -> None:
+    from warehouse.analytics.cost_change import MonthCost
+
+    empty = MonthCost("2026-10", {}, {}, Decimal(0), 0.0)
+    now = MonthCost("2026-11", {"H100": 5.0}, {"H100": Decimal("10.00")}, Decimal("1.00"), 0.0)
+    change = decompose("", empty, now)
+    assert change.volume == Decimal("10.00") and change.unallocated_share == Decimal("1.00")
+    assert change.volume + change.mix + change.price + change.unallocated_share == change.change

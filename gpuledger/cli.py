@@ -138,6 +138,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     led.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
+    why = sub.add_parser("why", parents=[common], help="explain a number, with numbers")
+    whys = why.add_subparsers(dest="what", required=True, metavar="WHAT")
+    why_cost = whys.add_parser(
+        "cost", parents=[common], help="why cost changed from the month before"
+    )
+    why_cost.add_argument("--month", required=True, help="YYYY-MM")
+    why_cost.add_argument("--tenant", default="", help="one tenant (default: the cluster)")
+    for explained in (why_cost,):
+        explained.add_argument("--cluster", default="", help="one cluster (default: all)")
+        explained.add_argument("--format", choices=("text", "json"), default="text")
+
     db = sub.add_parser("db", parents=[common], help="schema migrations")
     db.add_argument("action", choices=("migrate", "status"))
     return parser
@@ -598,7 +609,37 @@ def cmd_collect(settings: Settings, args: argparse.Namespace) -> int:
         raise SettingsError(str(exc)) from None
 
 
+def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
+    from warehouse.analytics.ledger import LedgerError
+
+    from .app import open_warehouse
+
+    wh = open_warehouse(settings)
+    ledger = settings.ledger
+    try:
+        if args.what == "cost":
+            from warehouse.analytics.cost_change import why_cost
+
+            result: Any = why_cost(
+                wh,
+                args.month,
+                tenant=args.tenant,
+                cluster=args.cluster,
+                settings={
+                    "idle_threshold_ratio": ledger.idle_threshold_ratio,
+                    "idle_min_duration_s": ledger.idle_min_duration_s,
+                },
+            )
+        else:  # pragma: no cover - the parser allows only the above
+            raise SettingsError(f"why {args.what} is not known")
+    except LedgerError as exc:
+        raise SettingsError(str(exc)) from None
+    print(json.dumps(result.to_json(), indent=1) if args.format == "json" else result.to_text())
+    return 0
+
+
 COMMANDS = {
+    "why": cmd_why,
     "demo": cmd_demo,
     "ledger": cmd_ledger,
     "agent": cmd_agent,

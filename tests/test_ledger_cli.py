@@ -62,3 +62,11 @@ def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[
     assert len(bad.stderr.strip().splitlines()) == 1
     empty = run("ledger", "--from", last, "--to", first)
     assert empty.returncode == 2 and "window is empty" in empty.stderr
+    month = today.strftime("%Y-%m")
+    why = json.loads(run("why", "cost", "--month", month, "--format", "json").stdout)
+    effects = sum(float(v) for v in why["because"].values())
+    assert effects == pytest.approx(float(why["change"]), abs=0.011)
+    assert why["current"]["month"] == month
+    text = run("why", "cost", "--month", month).stdout
+    assert text.startswith("Cost of the cluster rose from")
+

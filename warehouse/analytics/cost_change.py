@@ -29,6 +29,8 @@ from warehouse.client import Warehouse
 from .ledger import (
     IdlePolicy,
     LedgerError,
+    _hours,
+    _priced_ms,
     build_ledger,
     capacity_frame,
     price_segments,
@@ -75,7 +77,7 @@ class CostChange:
 
     def to_json(self) -> dict[str, Any]:
         def money(v: Decimal) -> str:
-            return str(v.quantize(_CENT))
+            return str(_cents(v))
 
         return {
             "tenant": self.tenant or None,
@@ -115,7 +117,7 @@ class CostChange:
         verb = "rose" if self.change > 0 else "fell" if self.change < 0 else "did not change"
         lines = [
             f"Cost of {who} {verb} from {a.total.quantize(_CENT)} in {a.month} to "
-            f"{b.total.quantize(_CENT)} in {b.month} ({self.change.quantize(_CENT):+}):"
+            f"{b.total.quantize(_CENT)} in {b.month} ({_cents(self.change):+}):"
         ]
         parts = (
             ("volume", self.volume, f"{a.hours:,.1f} → {b.hours:,.1f} GPU-hours"),
@@ -129,8 +131,12 @@ class CostChange:
             ),
         )
         for name, amount, note in sorted(parts, key=lambda p: -abs(p[1])):
-            lines.append(f"  {name:<18} {amount.quantize(_CENT):>+12}  ({note})")
+            lines.append(f"  {name:<18} {_cents(amount):>+12}  ({note})")
         return "\n".join(lines)
+
+
+def _cents(v: Decimal) -> Decimal:
+    return v.quantize(_CENT) + Decimal(0)  # + 0 turns -0.00 into 0.00
 
 
 def _opt(v: Decimal | None) -> str | None:
@@ -205,23 +211,17 @@ def month_cost(
         usage = usage.filter(pl.col("tenant") == tenant)
     else:
         shared = sum((r.shared_cost for r in whole.rows), Decimal(0)) + whole.totals.unshared_cost
-    per_model = build_ledger(
-        usage,
-        None,
-        segments,
-        by="gpu_model",
-        policy=IdlePolicy.NONE,
-        start=start,
-        end=end,
-        currency="",
-    )
-    return MonthCost(
-        month,
-        {r.key: r.allocated_gpu_hours for r in per_model.rows},
-        {r.key: r.direct_cost for r in per_model.rows},
-        shared,
-        float(usage["idle_gpu_hours"].sum() or 0.0),
-    )
+    # direct cost per model, exact (unrounded), so that an unchanged price shows no effect
+    keyed = usage.with_row_index("_row").with_columns(pl.col("gpu_model").alias("_key"))
+    priced, _unpriced = _priced_ms(keyed, segments, "s", "e", "allocated_gpu_ms", ["_key"])
+    direct: dict[str, Decimal] = {}
+    for model, seg, ms in priced.iter_rows():
+        direct[model] = direct.get(model, Decimal(0)) + _hours(ms) * segments[seg].price
+    hours = keyed.group_by("_key").agg(pl.col("allocated_gpu_ms").sum() / 3.6e6)
+    gpu_hours = {m: float(h) for m, h in hours.iter_rows()}
+    for model in gpu_hours:
+        direct.setdefault(model, Decimal(0))
+    return MonthCost(month, gpu_hours, direct, shared, float(usage["idle_gpu_hours"].sum() or 0.0))
 
 
 def why_cost(

@@ -31,8 +31,17 @@ import polars as pl
 from warehouse import queries
 from warehouse.client import Warehouse
 
-GROUPINGS = ("tenant", "org", "project", "user", "gpu_model", "pool", "node", "queue",
-             "workload_type")
+GROUPINGS = (
+    "tenant",
+    "org",
+    "project",
+    "user",
+    "gpu_model",
+    "pool",
+    "node",
+    "queue",
+    "workload_type",
+)
 UNALLOCATED = "__unallocated__"
 UNPRICED = "__unpriced__"
 _MS_PER_HOUR = Decimal(3_600_000)
@@ -114,13 +123,23 @@ class Ledger:
 
         t = self.totals
         return {
-            "from": self.start.isoformat(), "to": self.end.isoformat(), "by": self.by,
-            "idle_policy": self.idle_policy.value, "currency": self.currency,
-            "rows": [{"key": r.key, "allocated_gpu_hours": hours(r.allocated_gpu_hours),
-                      "used_gpu_hours": hours(r.used_gpu_hours),
-                      "idle_gpu_hours": hours(r.idle_gpu_hours),
-                      "direct_cost": money(r.direct_cost), "shared_cost": money(r.shared_cost),
-                      "total_cost": money(r.total_cost)} for r in self.rows],
+            "from": self.start.isoformat(),
+            "to": self.end.isoformat(),
+            "by": self.by,
+            "idle_policy": self.idle_policy.value,
+            "currency": self.currency,
+            "rows": [
+                {
+                    "key": r.key,
+                    "allocated_gpu_hours": hours(r.allocated_gpu_hours),
+                    "used_gpu_hours": hours(r.used_gpu_hours),
+                    "idle_gpu_hours": hours(r.idle_gpu_hours),
+                    "direct_cost": money(r.direct_cost),
+                    "shared_cost": money(r.shared_cost),
+                    "total_cost": money(r.total_cost),
+                }
+                for r in self.rows
+            ],
             "totals": {
                 "capacity_gpu_hours": hours(t.capacity_gpu_hours),
                 "healthy_gpu_hours": hours(t.healthy_gpu_hours),
@@ -132,16 +151,30 @@ class Ledger:
                 "stranded_gpu_hours": hours(t.stranded_gpu_hours),
                 "unpriced_gpu_hours": hours(t.unpriced_gpu_hours),
                 "capacity_cost": money(t.capacity_cost),
-                "unshared_cost": money(t.unshared_cost), "total_cost": money(t.total_cost),
+                "unshared_cost": money(t.unshared_cost),
+                "total_cost": money(t.total_cost),
             },
             "conserved": self.conserved,
         }
 
 
 # -- reading -----------------------------------------------------------------------------------
-def usage_frame(wh: Warehouse, start: dt.datetime, end: dt.datetime, *, cluster: str = "",
-                idle_threshold_ratio: float = 0.05, idle_min_duration_s: int = 1800,
-                source: str = "rollup") -> pl.DataFrame:
+def until_now(end: dt.datetime) -> dt.datetime:
+    """A window never reaches into the future: running jobs and present GPUs count up to now,
+    not up to the end of a month that has not happened yet."""
+    return min(end, dt.datetime.now(dt.UTC))
+
+
+def usage_frame(
+    wh: Warehouse,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    cluster: str = "",
+    idle_threshold_ratio: float = 0.05,
+    idle_min_duration_s: int = 1800,
+    source: str = "rollup",
+) -> pl.DataFrame:
     """Every allocation interval in [start, end) with allocated_gpu_ms, used and idle hours.
 
     ``source`` is ``rollup`` (the 1-minute rollup) or ``raw`` (the raw samples); both give
@@ -151,21 +184,36 @@ def usage_frame(wh: Warehouse, start: dt.datetime, end: dt.datetime, *, cluster:
         raise LedgerError(f"source {source!r} must be rollup or raw")
     margin = dt.timedelta(seconds=idle_min_duration_s + 60)
     text = queries.sql("ledger_usage").replace(
-        "{{minutes}}", queries.sql(f"ledger_minutes_{source}"))
-    return wh.frame(text, {
-        "db": wh.database, "cluster": cluster, "a": start, "b": end,
-        "lo": start - margin, "hi": end + margin,
-        "threshold": float(idle_threshold_ratio), "min_idle_s": int(idle_min_duration_s)})
+        "{{minutes}}", queries.sql(f"ledger_minutes_{source}")
+    )
+    return wh.frame(
+        text,
+        {
+            "db": wh.database,
+            "cluster": cluster,
+            "a": start,
+            "b": until_now(end),
+            "lo": start - margin,
+            "hi": end + margin,
+            "threshold": float(idle_threshold_ratio),
+            "min_idle_s": int(idle_min_duration_s),
+        },
+    )
 
 
-def capacity_frame(wh: Warehouse, start: dt.datetime, end: dt.datetime, *, cluster: str = ""
-                   ) -> pl.DataFrame:
+def capacity_frame(
+    wh: Warehouse, start: dt.datetime, end: dt.datetime, *, cluster: str = ""
+) -> pl.DataFrame:
     """Every GPU's inventory states clipped to [start, end), with capacity_gpu_ms."""
-    return queries.run(wh, "ledger_capacity", cluster=cluster, a=start, b=end)
+    return queries.run(wh, "ledger_capacity", cluster=cluster, a=start, b=until_now(end))
 
 
-def price_segments(rows: Iterable[Mapping[str, Any]], pairs: Iterable[tuple[str, str]],
-                   start: dt.datetime, end: dt.datetime) -> list[PriceSegment]:
+def price_segments(
+    rows: Iterable[Mapping[str, Any]],
+    pairs: Iterable[tuple[str, str]],
+    start: dt.datetime,
+    end: dt.datetime,
+) -> list[PriceSegment]:
     """Resolve the price book into segments for each (gpu_model, pool) in ``pairs``.
 
     A pool's own entries apply from the first of them on; before that, and for pools without
@@ -176,7 +224,8 @@ def price_segments(rows: Iterable[Mapping[str, Any]], pairs: Iterable[tuple[str,
         if r["resource"] != "gpu_hour":
             continue
         series[(r["gpu_model"], r["pool"])].append(
-            (r["effective_from"], Decimal(r["price"]), r["currency"]))
+            (r["effective_from"], Decimal(r["price"]), r["currency"])
+        )
     out: list[PriceSegment] = []
     for model, pool in sorted(set(pairs)):
         generic = sorted(series.get((model, ""), []))
@@ -193,27 +242,47 @@ def price_segments(rows: Iterable[Mapping[str, Any]], pairs: Iterable[tuple[str,
 
 def _segments_frame(segments: Sequence[PriceSegment]) -> pl.DataFrame:
     return pl.DataFrame(
-        {"gpu_model": [s.gpu_model for s in segments], "pool": [s.pool for s in segments],
-         "seg_start": [s.start for s in segments], "seg_end": [s.end for s in segments],
-         "seg": list(range(len(segments)))},
-        schema={"gpu_model": pl.String, "pool": pl.String, "seg_start": pl.Datetime("ms", "UTC"),
-                "seg_end": pl.Datetime("ms", "UTC"), "seg": pl.Int64})
+        {
+            "gpu_model": [s.gpu_model for s in segments],
+            "pool": [s.pool for s in segments],
+            "seg_start": [s.start for s in segments],
+            "seg_end": [s.end for s in segments],
+            "seg": list(range(len(segments))),
+        },
+        schema={
+            "gpu_model": pl.String,
+            "pool": pl.String,
+            "seg_start": pl.Datetime("ms", "UTC"),
+            "seg_end": pl.Datetime("ms", "UTC"),
+            "seg": pl.Int64,
+        },
+    )
 
 
-def _priced_ms(frame: pl.DataFrame, segments: Sequence[PriceSegment], s: str, e: str,
-               weight: str, keys: Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _priced_ms(
+    frame: pl.DataFrame,
+    segments: Sequence[PriceSegment],
+    s: str,
+    e: str,
+    weight: str,
+    keys: Sequence[str],
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split [s, e) intervals over price segments: (GPU-ms per key and segment, unpriced)."""
     joined = frame.join(_segments_frame(segments), on=["gpu_model", "pool"], how="left")
     clipped = joined.with_columns(
-        pl.max_horizontal(s, "seg_start").alias("_s"), pl.min_horizontal(e, "seg_end").alias("_e"))
+        pl.max_horizontal(s, "seg_start").alias("_s"), pl.min_horizontal(e, "seg_end").alias("_e")
+    )
     overlap = (pl.col("_e") - pl.col("_s")).dt.total_milliseconds().clip(lower_bound=0)
     span = (pl.col(e) - pl.col(s)).dt.total_milliseconds()
-    priced = (clipped.filter(pl.col("seg").is_not_null())
-              .with_columns((pl.col(weight) * overlap / span).alias("_ms"))
-              .group_by([*keys, "seg"]).agg(pl.col("_ms").sum()))
+    priced = (
+        clipped.filter(pl.col("seg").is_not_null())
+        .with_columns((pl.col(weight) * overlap / span).alias("_ms"))
+        .group_by([*keys, "seg"])
+        .agg(pl.col("_ms").sum())
+    )
     covered = clipped.group_by([*keys, "_row"]).agg(
-        (pl.col(weight).first() - (pl.col(weight) * overlap / span).fill_null(0).sum())
-        .alias("_ms"))
+        (pl.col(weight).first() - (pl.col(weight) * overlap / span).fill_null(0).sum()).alias("_ms")
+    )
     unpriced = covered.group_by(keys).agg(pl.col("_ms").sum())
     return priced, unpriced
 
@@ -223,8 +292,9 @@ def _hours(ms: float) -> Decimal:
     return Decimal(ms) / _MS_PER_HOUR
 
 
-def share_unallocated(direct: Mapping[str, Decimal], unallocated: Decimal, policy: IdlePolicy
-                      ) -> tuple[dict[str, Decimal], Decimal]:
+def share_unallocated(
+    direct: Mapping[str, Decimal], unallocated: Decimal, policy: IdlePolicy
+) -> tuple[dict[str, Decimal], Decimal]:
     """Each key's share of ``unallocated`` under ``policy``, and what stays unshared.
 
     Exact (unrounded) Decimals; :func:`round_conserving` rounds them once.
@@ -259,10 +329,18 @@ def round_conserving(amounts: Mapping[str, Decimal], total: Decimal) -> dict[str
     return floors
 
 
-def build_ledger(usage: pl.DataFrame, capacity: pl.DataFrame | None,
-                 segments: Sequence[PriceSegment], *, by: str, policy: IdlePolicy,
-                 start: dt.datetime, end: dt.datetime, currency: str,
-                 stranded_gpu_hours: float | None = None) -> Ledger:
+def build_ledger(
+    usage: pl.DataFrame,
+    capacity: pl.DataFrame | None,
+    segments: Sequence[PriceSegment],
+    *,
+    by: str,
+    policy: IdlePolicy,
+    start: dt.datetime,
+    end: dt.datetime,
+    currency: str,
+    stranded_gpu_hours: float | None = None,
+) -> Ledger:
     """Turn usage rows and capacity states into the ledger (pure: no I/O)."""
     if by not in GROUPINGS:
         raise LedgerError(f"--by {by!r} is not one of {', '.join(GROUPINGS)}")
@@ -274,8 +352,11 @@ def build_ledger(usage: pl.DataFrame, capacity: pl.DataFrame | None,
         direct[key] += _hours(ms) * prices[seg]
     unpriced_ms = float(unpriced["_ms"].sum() or 0)
     per_key = usage.group_by("_key").agg(
-        pl.col("allocated_gpu_ms").sum(), pl.col("used_gpu_hours").sum(),
-        pl.col("idle_gpu_hours").sum(), pl.col("used_gpu_hours").is_not_null().any().alias("_m"))
+        pl.col("allocated_gpu_ms").sum(),
+        pl.col("used_gpu_hours").sum(),
+        pl.col("idle_gpu_hours").sum(),
+        pl.col("used_gpu_hours").is_not_null().any().alias("_m"),
+    )
     for key in per_key["_key"]:
         direct.setdefault(key, Decimal(0))
 
@@ -284,8 +365,9 @@ def build_ledger(usage: pl.DataFrame, capacity: pl.DataFrame | None,
     if capacity is not None and capacity.height:
         capacity = capacity.with_row_index("_row").with_columns(pl.lit("").alias("_key"))
         cap_priced, _ = _priced_ms(capacity, segments, "cs", "ce", "capacity_gpu_ms", ["_key"])
-        capacity_cost = sum((_hours(ms) * prices[seg] for _k, seg, ms in cap_priced.iter_rows()),
-                            Decimal(0))
+        capacity_cost = sum(
+            (_hours(ms) * prices[seg] for _k, seg, ms in cap_priced.iter_rows()), Decimal(0)
+        )
         cap_ms = float(capacity["capacity_gpu_ms"].sum())
         healthy_ms = float(capacity.filter(pl.col("health") == "healthy")["capacity_gpu_ms"].sum())
         cap_hours, healthy = cap_ms / 3.6e6, healthy_ms / 3.6e6
@@ -294,8 +376,11 @@ def build_ledger(usage: pl.DataFrame, capacity: pl.DataFrame | None,
     direct_total = sum(direct.values(), Decimal(0))
     unallocated_cost = (capacity_cost - direct_total) if capacity_cost is not None else Decimal(0)
     shares, unshared = share_unallocated(direct, unallocated_cost, policy)
-    exact = {**{f"d:{k}": v for k, v in direct.items()}, **{f"s:{k}": v for k, v in shares.items()},
-             "u": unshared}
+    exact = {
+        **{f"d:{k}": v for k, v in direct.items()},
+        **{f"s:{k}": v for k, v in shares.items()},
+        "u": unshared,
+    }
     grand = capacity_cost if capacity_cost is not None else direct_total
     rounded = round_conserving(exact, grand)
 
@@ -304,19 +389,25 @@ def build_ledger(usage: pl.DataFrame, capacity: pl.DataFrame | None,
     for key in sorted(direct):
         st = stats.get(key)
         d, sh = rounded[f"d:{key}"], rounded[f"s:{key}"]
-        rows.append(LedgerRow(
-            key=key or "(none)",
-            allocated_gpu_hours=(st["allocated_gpu_ms"] / 3.6e6) if st else 0.0,
-            used_gpu_hours=st["used_gpu_hours"] if st and st["_m"] else None,
-            idle_gpu_hours=st["idle_gpu_hours"] if st and st["_m"] else None,
-            direct_cost=d, shared_cost=sh, total_cost=d + sh))
+        rows.append(
+            LedgerRow(
+                key=key or "(none)",
+                allocated_gpu_hours=(st["allocated_gpu_ms"] / 3.6e6) if st else 0.0,
+                used_gpu_hours=st["used_gpu_hours"] if st and st["_m"] else None,
+                idle_gpu_hours=st["idle_gpu_hours"] if st and st["_m"] else None,
+                direct_cost=d,
+                shared_cost=sh,
+                total_cost=d + sh,
+            )
+        )
     if capacity_cost is not None and policy is IdlePolicy.NONE:
-        rows.append(LedgerRow(UNALLOCATED, 0.0, None, None, Decimal(0), rounded["u"],
-                              rounded["u"]))
+        rows.append(LedgerRow(UNALLOCATED, 0.0, None, None, Decimal(0), rounded["u"], rounded["u"]))
     allocated_hours = float(usage["allocated_gpu_ms"].sum() or 0) / 3.6e6
     measured = usage.filter(pl.col("used_gpu_hours").is_not_null())
     totals = LedgerTotals(
-        capacity_gpu_hours=cap_hours, healthy_gpu_hours=healthy, unhealthy_gpu_hours=unhealthy,
+        capacity_gpu_hours=cap_hours,
+        healthy_gpu_hours=healthy,
+        unhealthy_gpu_hours=unhealthy,
         allocated_gpu_hours=allocated_hours,
         used_gpu_hours=float(measured["used_gpu_hours"].sum()) if measured.height else None,
         idle_gpu_hours=float(measured["idle_gpu_hours"].sum()) if measured.height else None,
@@ -330,32 +421,60 @@ def build_ledger(usage: pl.DataFrame, capacity: pl.DataFrame | None,
     return Ledger(start, end, by, policy, currency, tuple(rows), totals)
 
 
-def compute_ledger(wh: Warehouse, start: dt.datetime, end: dt.datetime, *, by: str = "tenant",
-                   idle_policy: str | IdlePolicy = IdlePolicy.WEIGHTED, cluster: str = "",
-                   idle_threshold_ratio: float = 0.05, idle_min_duration_s: int = 1800,
-                   source: str = "rollup", currency: str = "USD") -> Ledger:
+def compute_ledger(
+    wh: Warehouse,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    by: str = "tenant",
+    idle_policy: str | IdlePolicy = IdlePolicy.WEIGHTED,
+    cluster: str = "",
+    idle_threshold_ratio: float = 0.05,
+    idle_min_duration_s: int = 1800,
+    source: str = "rollup",
+    currency: str = "USD",
+) -> Ledger:
     """The ledger of [start, end), grouped ``by`` one of :data:`GROUPINGS`."""
     if end <= start:
-        raise LedgerError(f"the window is empty: --to {end:%Y-%m-%d} must be after "
-                          f"--from {start:%Y-%m-%d}")
+        raise LedgerError(
+            f"the window is empty: --to {end:%Y-%m-%d} must be after --from {start:%Y-%m-%d}"
+        )
     if by not in GROUPINGS:
         raise LedgerError(f"--by {by!r} is not one of {', '.join(GROUPINGS)}")
     try:
         policy = IdlePolicy(idle_policy)
     except ValueError:
-        raise LedgerError(f"idle policy {idle_policy!r} is not one of weighted, even, none"
-                          ) from None
-    usage = usage_frame(wh, start, end, cluster=cluster, idle_threshold_ratio=idle_threshold_ratio,
-                        idle_min_duration_s=idle_min_duration_s, source=source)
+        raise LedgerError(
+            f"idle policy {idle_policy!r} is not one of weighted, even, none"
+        ) from None
+    usage = usage_frame(
+        wh,
+        start,
+        end,
+        cluster=cluster,
+        idle_threshold_ratio=idle_threshold_ratio,
+        idle_min_duration_s=idle_min_duration_s,
+        source=source,
+    )
     capacity = capacity_frame(wh, start, end, cluster=cluster)
     pairs = set(zip(usage["gpu_model"], usage["pool"], strict=True)) | set(
-        zip(capacity["gpu_model"], capacity["pool"], strict=True))
+        zip(capacity["gpu_model"], capacity["pool"], strict=True)
+    )
     price_rows = queries.run(wh, "ledger_prices").to_dicts()
     currencies = {r["currency"] for r in price_rows if r["resource"] == "gpu_hour"}
     if len(currencies) > 1:
-        raise LedgerError(f"the price book mixes currencies {sorted(currencies)}: convert them "
-                          "to one before computing a ledger")
+        raise LedgerError(
+            f"the price book mixes currencies {sorted(currencies)}: convert them "
+            "to one before computing a ledger"
+        )
     segments = price_segments(price_rows, pairs, start, end)
-    return build_ledger(usage, capacity if capacity.height else None, segments, by=by,
-                        policy=policy, start=start, end=end,
-                        currency=currencies.pop() if currencies else currency)
+    return build_ledger(
+        usage,
+        capacity if capacity.height else None,
+        segments,
+        by=by,
+        policy=policy,
+        start=start,
+        end=end,
+        currency=currencies.pop() if currencies else currency,
+    )

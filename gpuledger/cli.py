@@ -313,10 +313,52 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from .app import open_warehouse
 
     wh = open_warehouse(settings)
+    ingestor = Ingestor(wh, settings.warehouse.raw_retention_days)
+    stop = threading.Event()
+    from collector.kubernetes import KubernetesError
+    from collector.nvml import NvmlError
+    from collector.slurm import SlurmError
+
     try:
-        return _serve(wh, settings, Ingestor(wh, settings.warehouse.raw_retention_days))
-    finally:
+        threads = _start_embedded_collectors(settings, ingestor, stop, args)
+    except (NvmlError, KubernetesError, SlurmError) as exc:
         wh.close()
+        raise SettingsError(f"server.collectors: {exc}") from None
+    try:
+        return _serve(wh, settings, ingestor)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        wh.close()
+
+
+def _start_embedded_collectors(
+    settings: Settings, ingestor: Any, stop: threading.Event, args: argparse.Namespace
+) -> list[threading.Thread]:
+    """Run server.collectors in this process, writing through the shared ingestor."""
+    import uuid
+
+    from collector.pipeline import WarehouseSink
+
+    from .agent import make_pipeline, run_agent
+
+    threads = []
+    for name in settings.server.sources:
+        ns = argparse.Namespace(source=name, targets=[], kubeconfig=None, sacct="sacct")
+        source = _source(settings, ns, warehouse_rules=ingestor.wh)
+        pipeline = make_pipeline(settings, [source], WarehouseSink(ingestor))
+        call: tuple[Any, ...]
+        if hasattr(source, "run"):  # a watch: batches arrive as events do
+            target: Any = source.run
+            call = (stop, lambda b, p=pipeline, n=name: p.deliver(b, f"{n}:{uuid.uuid4().hex}"))
+        else:
+            target, call = run_agent, (pipeline, settings.agent.interval_s, stop)
+        thread = threading.Thread(target=target, args=call, name=f"collector-{name}", daemon=True)
+        thread.start()
+        threads.append(thread)
+        print(f"collecting {name} in-process every {settings.agent.interval_s:g} s", flush=True)
+    return threads
 
 
 def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
@@ -475,24 +517,26 @@ def _print_batch(batch: Any) -> None:
             )
 
 
-def _tenant_mapper(settings: Settings) -> Any:
+def _tenant_mapper(settings: Settings, wh: Any = None) -> Any:
     """Tenant rules from the warehouse when it is reachable here; none otherwise."""
     from collector.records import TenantRule
     from collector.tenancy import TenantMapper
 
-    if settings.agent.server_url:
+    if wh is None and settings.agent.server_url:
         return TenantMapper([])
     from .app import open_warehouse
 
-    wh = open_warehouse(settings)
+    own = wh is None
+    wh = wh or open_warehouse(settings)
     try:
         rows = wh.rows(f"SELECT kind, pattern, tenant, rank FROM {wh.database}.tenant_rules FINAL")
     finally:
-        wh.close()
+        if own:
+            wh.close()
     return TenantMapper([TenantRule(*r) for r in rows])
 
 
-def _source(settings: Settings, args: argparse.Namespace) -> Any:
+def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any = None) -> Any:
     from .agent import build_sources
 
     if args.source == "nvml":
@@ -505,7 +549,7 @@ def _source(settings: Settings, args: argparse.Namespace) -> Any:
                 "http://node-1:9400/metrics (or agent.dcgm_targets)"
             )
         return build_sources(settings, nvml=False, dcgm_targets=targets)[0]
-    mapper = _tenant_mapper(settings)
+    mapper = _tenant_mapper(settings, warehouse_rules)
     if args.source == "slurm":
         import shlex
 

@@ -123,10 +123,24 @@ class SimulatorSettings:
 class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8050
+    #: Sources `gpuledger serve` runs in-process (embedded mode: one process owns the data
+    #: directory): comma-separated from nvml, dcgm, kubernetes, slurm. Their settings are the
+    #: [agent] ones.
+    collectors: str = ""
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
             raise SettingsError(f"server.port {self.port} is not a TCP port (1-65535)")
+        unknown = set(self.sources) - {"nvml", "dcgm", "kubernetes", "slurm"}
+        if unknown:
+            raise SettingsError(
+                f"server.collectors names unknown sources {sorted(unknown)}: "
+                "use nvml, dcgm, kubernetes, slurm"
+            )
+
+    @property
+    def sources(self) -> list[str]:
+        return [c.strip() for c in self.collectors.split(",") if c.strip()]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -117,3 +117,73 @@ def test_agent_survives_a_server_kill(
     count, unique, instants = map(int, got.stdout.splitlines()[1].split(","))
     assert count == unique == collected  # every sample once, none lost, none twice
     assert instants > 10
+
+
+def test_serve_runs_collectors_in_process(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    """Embedded mode: one process owns the data directory, so `serve` hosts the collectors."""
+    lib = nvml_stub.build(tmp_path)
+    if lib is None:
+        pytest.skip("no C compiler to build the NVML stand-in")
+    config = nvml_stub.default_config().write(tmp_path / "stub.cfg")
+    data, port = tmp_path / "data", _port()
+    env = {
+        **cli_env,
+        "NVML_STUB_CONFIG": str(config),
+        "GPULEDGER_SERVER__COLLECTORS": "nvml",
+        "GPULEDGER_AGENT__NVML_LIBRARY": str(lib),
+        "GPULEDGER_AGENT__INTERVAL_S": "0.5",
+        "GPULEDGER_AGENT__SPOOL_DIR": str(tmp_path / "spool"),
+        "GPULEDGER_AGENT__CLUSTER": "c1",
+        "GPULEDGER_AGENT__NODE": "node-1",
+    }
+    server = subprocess.Popen(
+        [*gpuledger_cmd, "serve", "--port", str(port), "--data-dir", str(data)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        _wait(f"http://127.0.0.1:{port}/metrics", lambda r: "gpuledger_warehouse_up" in r.text)
+        time.sleep(3)  # a few collection steps
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=60)
+    assert server.returncode == 0
+    assert "collecting nvml in-process" in out
+    got = subprocess.run(
+        [
+            *gpuledger_cmd,
+            "sql",
+            "SELECT count(), uniqExact(gpu_uuid, "
+            "mig_instance), max(node) FROM gpuledger.gpu_samples",
+            "--format",
+            "csv",
+            "--data-dir",
+            str(data),
+        ],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    count, gpus, node = got.stdout.splitlines()[1].split(",")
+    assert int(count) >= 2 * int(gpus) and int(gpus) >= 3 and node == "node-1"
+    inventory = subprocess.run(
+        [
+            *gpuledger_cmd,
+            "sql",
+            "SELECT count() FROM gpuledger.gpus FINAL",
+            "--format",
+            "csv",
+            "--data-dir",
+            str(data),
+        ],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert int(inventory.stdout.splitlines()[1]) >= 3

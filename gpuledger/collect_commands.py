@@ -1,0 +1,217 @@
+"""`gpuledger agent` and `gpuledger collect`: sources in the foreground, and the collectors
+`gpuledger serve` hosts in-process."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import signal
+import sys
+import threading
+from typing import Any
+
+from .output import format_rows
+from .settings import Settings, SettingsError
+
+
+def _print_batch(batch: Any) -> None:
+    """What one collection read, kind by kind, for --once."""
+    from collector.records import samples_frame
+
+    samples = samples_frame(batch.samples) if len(batch.samples) else None
+    print(
+        f"{len(batch.samples)} samples, {len(batch.gpus)} GPUs, {len(batch.nodes)} nodes, "
+        f"{len(batch.job_events)} job events, {len(batch.rejects)} rejects"
+    )
+    if samples is not None:
+        cols = [
+            "node",
+            "gpu_uuid",
+            "gpu_index",
+            "mig_instance",
+            "gpu_model",
+            "gpu_util_ratio",
+            "memory_used_bytes",
+            "power_watts",
+            "temperature_celsius",
+            "pod",
+            "job_id",
+        ]
+        sys.stdout.write(format_rows(cols, samples.select(cols).rows(), "table"))
+    for kind, fields in (
+        ("gpus", ("node", "gpu_uuid", "mig_instance", "gpu_model", "health")),
+        ("nodes", ("node", "gpu_model", "gpu_count", "state")),
+        ("job_events", ("ts", "job_id", "event", "tenant", "gpus_requested", "node", "reason")),
+        ("rejects", ("source", "field", "value", "reason")),
+    ):
+        records = getattr(batch, kind)
+        if records:
+            sys.stdout.write(
+                format_rows(
+                    list(fields), [[getattr(r, f) for f in fields] for r in records], "table"
+                )
+            )
+
+
+def _tenant_mapper(settings: Settings, wh: Any = None) -> Any:
+    """Tenant rules from the warehouse when it is reachable here; none otherwise."""
+    from collector.records import TenantRule
+    from collector.tenancy import TenantMapper
+
+    if wh is None and settings.agent.server_url:
+        return TenantMapper([])
+    from .app import open_warehouse
+
+    own = wh is None
+    wh = wh or open_warehouse(settings)
+    try:
+        rows = wh.rows(f"SELECT kind, pattern, tenant, rank FROM {wh.database}.tenant_rules FINAL")
+    finally:
+        if own:
+            wh.close()
+    return TenantMapper([TenantRule(*r) for r in rows])
+
+
+def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any = None) -> Any:
+    from .agent import build_sources
+
+    if args.source == "nvml":
+        return build_sources(settings, nvml=True, dcgm_targets=())[0]
+    if args.source == "dcgm":
+        targets = args.targets or settings.agent.targets
+        if not targets:
+            raise SettingsError(
+                "collect dcgm needs the exporters' URLs, e.g. "
+                "http://node-1:9400/metrics (or agent.dcgm_targets)"
+            )
+        return build_sources(settings, nvml=False, dcgm_targets=targets)[0]
+    mapper = _tenant_mapper(settings, warehouse_rules)
+    if args.source == "slurm":
+        import shlex
+
+        from collector.slurm import SlurmCollector
+
+        return SlurmCollector(settings.agent.cluster, mapper, sacct=shlex.split(args.sacct))
+    import kubernetes
+
+    from collector.kubernetes import KubernetesCollector
+
+    try:
+        if args.kubeconfig:
+            api = kubernetes.config.new_client_from_config(config_file=args.kubeconfig)
+        else:
+            try:
+                kubernetes.config.load_incluster_config()
+                api = kubernetes.client.ApiClient()
+            except kubernetes.config.ConfigException:
+                api = kubernetes.config.new_client_from_config()
+    except (kubernetes.config.ConfigException, OSError) as exc:
+        raise SettingsError(f"no Kubernetes configuration: {exc}; pass --kubeconfig") from None
+    return KubernetesCollector(api, settings.agent.cluster, mapper)
+
+
+def _run_foreground(settings: Settings, sources: list[Any], once: bool) -> int:
+    """Collect once and print, or run the pipeline until Ctrl-C/SIGTERM."""
+    from collector.nvml import NvmlError
+
+    from .agent import build_sink, make_pipeline, run_agent, serve_status
+
+    if once:
+        for source in sources:
+            try:
+                _print_batch(source.collect(dt.datetime.now(dt.UTC)))
+            except NvmlError as exc:
+                raise SettingsError(str(exc)) from None
+        return 0
+    sink, close = build_sink(settings)
+    pipeline = make_pipeline(settings, sources, sink)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    status = serve_status(
+        pipeline, settings.agent.interval_s, settings.agent.status_host, settings.agent.status_port
+    )
+    print(
+        f"gpuledger agent: {', '.join(s.name for s in sources)} every "
+        f"{settings.agent.interval_s:g} s; status on http://{settings.agent.status_host}:"
+        f"{status.server_port}/healthz",
+        flush=True,
+    )
+    try:
+        watcher = next((s for s in sources if hasattr(s, "run")), None)
+        if watcher is not None:  # a watch source pushes batches as events arrive
+            import uuid
+
+            watcher.run(stop, lambda b: pipeline.deliver(b, f"{watcher.name}:{uuid.uuid4().hex}"))
+        else:
+            run_agent(pipeline, settings.agent.interval_s, stop)
+    except KeyboardInterrupt:
+        stop.set()
+        pipeline.flush()
+    finally:
+        status.shutdown()
+        status.server_close()
+        close()
+        st = pipeline.stats
+        print(
+            f"gpuledger agent: stopped; collected {st.samples_collected} samples, delivered "
+            f"{st.batches_sent} batches ({st.rows_sent} rows), {pipeline.spool.depth} still "
+            "spooled",
+            flush=True,
+        )
+    return 0
+
+
+def start_embedded_collectors(
+    settings: Settings, ingestor: Any, stop: threading.Event, args: argparse.Namespace
+) -> list[threading.Thread]:
+    """Run server.collectors in this process, writing through the shared ingestor."""
+    import uuid
+
+    from collector.pipeline import WarehouseSink
+
+    from .agent import make_pipeline, run_agent
+
+    threads = []
+    for name in settings.server.sources:
+        ns = argparse.Namespace(source=name, targets=[], kubeconfig=None, sacct="sacct")
+        source = _source(settings, ns, warehouse_rules=ingestor.wh)
+        pipeline = make_pipeline(settings, [source], WarehouseSink(ingestor))
+        call: tuple[Any, ...]
+        if hasattr(source, "run"):  # a watch: batches arrive as events do
+            target: Any = source.run
+            call = (stop, lambda b, p=pipeline, n=name: p.deliver(b, f"{n}:{uuid.uuid4().hex}"))
+        else:
+            target, call = run_agent, (pipeline, settings.agent.interval_s, stop)
+        thread = threading.Thread(target=target, args=call, name=f"collector-{name}", daemon=True)
+        thread.start()
+        threads.append(thread)
+        print(f"collecting {name} in-process every {settings.agent.interval_s:g} s", flush=True)
+    return threads
+
+
+def cmd_agent(settings: Settings, args: argparse.Namespace) -> int:
+    from collector.nvml import NvmlError
+
+    from .agent import build_sources
+
+    try:
+        sources = build_sources(
+            settings, nvml=settings.agent.nvml, dcgm_targets=settings.agent.targets
+        )
+    except NvmlError as exc:
+        raise SettingsError(str(exc)) from None
+    if not sources:
+        raise SettingsError("the agent has no source: enable agent.nvml or set agent.dcgm_targets")
+    return _run_foreground(settings, sources, args.once)
+
+
+def cmd_collect(settings: Settings, args: argparse.Namespace) -> int:
+    from collector.kubernetes import KubernetesError
+    from collector.nvml import NvmlError
+    from collector.slurm import SlurmError
+
+    try:
+        source = _source(settings, args)
+        return _run_foreground(settings, [source], args.once)
+    except (NvmlError, KubernetesError, SlurmError) as exc:
+        raise SettingsError(str(exc)) from None

@@ -1,0 +1,280 @@
+"""The warehouse-side commands: demo, serve, sql, db, import, ledger, why."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from .collect_commands import start_embedded_collectors
+from .output import format_rows
+from .settings import Settings, SettingsError
+
+
+def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
+    from .app import open_warehouse
+
+    wh = open_warehouse(settings)
+    columns, rows = wh.table(args.query)
+    sys.stdout.write(format_rows(columns, rows, args.format))
+    return 0
+
+
+def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
+    from warehouse.migrate import migrate, status
+
+    from .app import open_warehouse, render_options
+
+    wh = open_warehouse(settings, apply_migrations=False)
+    opts = render_options(settings)
+    if args.action == "migrate":
+        applied = migrate(wh, opts)
+        for m in applied:
+            print(f"applied {m.version:04d}_{m.name}")
+        print(f"{len(applied)} migration(s) applied; schema is up to date")
+        return 0
+    rows = [
+        (
+            f"{s.version:04d}",
+            s.name,
+            ("applied " + s.applied_at.isoformat(timespec="seconds"))
+            if s.applied_at
+            else "pending",
+            "CHANGED since applied" if s.checksum_changed else "",
+        )
+        for s in status(wh, opts)
+    ]
+    sys.stdout.write(format_rows(["version", "name", "state", "note"], rows, "table"))
+    return 0
+
+
+def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
+    from .app import open_warehouse
+    from .demo import DemoRun, start_live
+
+    wh = open_warehouse(settings)
+    started = time.monotonic()
+    run = DemoRun.start(wh, settings, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    took = time.monotonic() - started
+    written = run.result.written
+    print(
+        f"wrote {sum(written.values()):,} rows in {took:.1f} s into "
+        f"{settings.warehouse.resolved_dsn} (database {settings.warehouse.database}):"
+    )
+    for table, count in sorted(written.items()):
+        print(f"  {table:<20} {count:>12,}")
+    if run.result.quarantined:
+        print(f"  quarantined          {run.result.quarantined_total:>12,}")
+        for reason, count in run.result.quarantined.most_common(5):
+            print(f"    {count:,} × {reason}")
+    if args.no_serve:
+        return 0
+    scheduler = start_live(run, settings.simulator.interval_s)
+    try:
+        return _serve(wh, settings, run.ingestor)
+    finally:
+        scheduler.shutdown(wait=True)
+        wh.close()
+
+
+def _serve(wh: Any, settings: Settings, ingestor: Any) -> int:
+    """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
+    from dashboards.app import create_app
+
+    from .server import register
+
+    app = create_app(wh, settings)
+    register(app.server, wh, ingestor)
+    signal.signal(signal.SIGTERM, _terminate)
+    url = f"http://{settings.server.host}:{settings.server.port}"
+    print(
+        f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
+        f"{settings.warehouse.resolved_dsn})",
+        flush=True,
+    )
+    # Threaded, never forking: the embedded engine must not be forked once opened.
+    with contextlib.suppress(SystemExit):
+        app.run(host=settings.server.host, port=settings.server.port, debug=False, threaded=True)
+    return 0
+
+
+def _terminate(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    from warehouse.ingest import Ingestor
+
+    from .app import open_warehouse
+
+    wh = open_warehouse(settings)
+    ingestor = Ingestor(wh, settings.warehouse.raw_retention_days)
+    stop = threading.Event()
+    from collector.kubernetes import KubernetesError
+    from collector.nvml import NvmlError
+    from collector.slurm import SlurmError
+
+    try:
+        threads = start_embedded_collectors(settings, ingestor, stop, args)
+    except (NvmlError, KubernetesError, SlurmError) as exc:
+        wh.close()
+        raise SettingsError(f"server.collectors: {exc}") from None
+    try:
+        return _serve(wh, settings, ingestor)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        wh.close()
+
+
+def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
+    from collector import traces
+    from warehouse.ingest import Ingestor, IngestResult
+
+    from .app import open_warehouse
+
+    try:
+        start = dt.datetime.fromisoformat(args.start)
+    except ValueError:
+        raise SettingsError(
+            f"--start {args.start!r} is not an ISO time such as 2026-01-01T00:00:00+00:00"
+        ) from None
+    if start.tzinfo is None:
+        raise SettingsError(f"--start {args.start!r} has no UTC offset: add one, e.g. +00:00")
+    extra = {"cluster": args.cluster} if args.cluster else {}
+    if args.trace == "alibaba-v2023":
+        batches = traces.alibaba_v2023(args.nodes, args.pods, start, **extra)
+    else:
+        batches = traces.alibaba_v2025(args.file, start, **extra)
+    wh = open_warehouse(settings)
+    # A trace's times lie in the past: retention is no reason to refuse them here.
+    ingestor = Ingestor(wh, settings.warehouse.raw_retention_days)
+    total = IngestResult()
+    try:
+        for batch in batches:
+            total += ingestor.write(batch)
+    except traces.TraceError as exc:
+        raise SettingsError(str(exc)) from None
+    print(
+        f"imported {args.trace} into {settings.warehouse.resolved_dsn} "
+        f"(database {settings.warehouse.database}):"
+    )
+    for table, count in sorted(total.written.items()):
+        print(f"  {table:<20} {count:>12,}")
+    print(f"  {'quarantined':<20} {total.quarantined_total:>12,}")
+    return 0
+
+
+def _day(text: str, flag: str) -> dt.datetime:
+    try:
+        day = dt.date.fromisoformat(text)
+    except ValueError:
+        raise SettingsError(f"{flag} {text!r} is not a date: use YYYY-MM-DD") from None
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
+
+
+def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
+    from warehouse.analytics.ledger import LedgerError, compute_ledger
+
+    from .app import open_warehouse
+
+    start = _day(args.date_from, "--from")
+    end = _day(args.date_to, "--to") + dt.timedelta(days=1)
+    wh = open_warehouse(settings)
+    try:
+        result = compute_ledger(
+            wh,
+            start,
+            end,
+            by=args.by,
+            idle_policy=args.idle_policy or settings.ledger.idle_policy,
+            cluster=args.cluster,
+            idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
+            idle_min_duration_s=settings.ledger.idle_min_duration_s,
+            source=args.source,
+            currency=settings.ledger.currency,
+        )
+    except LedgerError as exc:
+        raise SettingsError(str(exc)) from None
+    doc = result.to_json()
+    doc["from"], doc["to"] = args.date_from, args.date_to
+    if args.format == "json":
+        print(json.dumps(doc, indent=1))
+        return 0
+    columns = [
+        "key",
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "idle_gpu_hours",
+        "direct_cost",
+        "shared_cost",
+        "total_cost",
+    ]
+    rows = [[_fixed(r[c]) for c in columns] for r in doc["rows"]]
+    if args.format == "csv":
+        sys.stdout.write(format_rows([args.by, *columns[1:]], rows, "csv"))
+        return 0
+    sys.stdout.write(format_rows([args.by, *columns[1:]], rows, "table"))
+    t = doc["totals"]
+    print(
+        f"\n{args.date_from} to {args.date_to} (UTC), {doc['currency']}, idle policy "
+        f"{doc['idle_policy']}"
+    )
+    for name in (
+        "capacity_gpu_hours",
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "idle_gpu_hours",
+        "unallocated_gpu_hours",
+        "stranded_gpu_hours",
+        "capacity_cost",
+        "unshared_cost",
+        "total_cost",
+    ):
+        print(f"  {name:<22} {_fixed(t[name]) if t[name] is not None else 'n/a'}")
+    if doc["conserved"] is not None:
+        print(
+            f"  conservation: rows + unshared = capacity cost: "
+            f"{'holds' if doc['conserved'] else 'DOES NOT HOLD'}"
+        )
+    return 0
+
+
+def _fixed(value: Any) -> Any:
+    return f"{value:.3f}" if isinstance(value, float) else value
+
+
+def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
+    from warehouse.analytics.ledger import LedgerError
+
+    from .app import open_warehouse
+
+    wh = open_warehouse(settings)
+    ledger = settings.ledger
+    try:
+        if args.what == "cost":
+            from warehouse.analytics.cost_change import why_cost
+
+            result: Any = why_cost(
+                wh,
+                args.month,
+                tenant=args.tenant,
+                cluster=args.cluster,
+                settings={
+                    "idle_threshold_ratio": ledger.idle_threshold_ratio,
+                    "idle_min_duration_s": ledger.idle_min_duration_s,
+                },
+            )
+        else:  # pragma: no cover - the parser allows only the above
+            raise SettingsError(f"why {args.what} is not known")
+    except LedgerError as exc:
+        raise SettingsError(str(exc)) from None
+    print(json.dumps(result.to_json(), indent=1) if args.format == "json" else result.to_text())
+    return 0

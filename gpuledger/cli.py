@@ -28,6 +28,7 @@ from .collect_commands import cmd_agent, cmd_collect
 from .commands import (
     cmd_db,
     cmd_demo,
+    cmd_fragmentation,
     cmd_import,
     cmd_ledger,
     cmd_serve,
@@ -147,9 +148,40 @@ def _parser() -> argparse.ArgumentParser:
     )
     why_cost.add_argument("--month", required=True, help="YYYY-MM")
     why_cost.add_argument("--tenant", default="", help="one tenant (default: the cluster)")
-    for explained in (why_cost,):
-        explained.add_argument("--cluster", default="", help="one cluster (default: all)")
+    why_job = whys.add_parser("job", parents=[common], help="why a job is waiting")
+    why_job.add_argument("id", help="the job id")
+    why_gpu = whys.add_parser("gpu", parents=[common], help="why a GPU is idle")
+    why_gpu.add_argument("id", help="the GPU UUID")
+    why_gpu.add_argument("--mig", default="", help="a MIG GPU-instance id")
+    why_tenant = whys.add_parser("tenant", parents=[common], help="why a tenant is over quota")
+    why_tenant.add_argument("id", help="the tenant, org/project")
+    for explained in (why_cost, why_job, why_gpu, why_tenant):
+        explained.add_argument(
+            "--cluster", default="", help="the cluster (default: the only one, or all for cost)"
+        )
         explained.add_argument("--format", choices=("text", "json"), default="text")
+    for explained in (why_job, why_gpu, why_tenant):
+        explained.add_argument("--at", help="ISO time to explain (default: now)")
+
+    frag = sub.add_parser(
+        "fragmentation", parents=[common], help="FGD fragmentation and stranded capacity"
+    )
+    frag.add_argument("--at", help="ISO time (default: now)")
+    frag.add_argument("--cluster", default="", help="the cluster (default: the only one)")
+    frag.add_argument(
+        "--window-days",
+        type=float,
+        default=7.0,
+        help="trailing days the typical task mix is taken from (default 7)",
+    )
+    frag.add_argument(
+        "--scope",
+        choices=("model", "cluster"),
+        default="model",
+        help="measure nodes against tasks for their own GPU model (default) or "
+        "every task, as the FGD paper does",
+    )
+    frag.add_argument("--format", choices=("text", "json"), default="text")
 
     db = sub.add_parser("db", parents=[common], help="schema migrations")
     db.add_argument("action", choices=("migrate", "status"))
@@ -172,6 +204,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 COMMANDS = {
+    "fragmentation": cmd_fragmentation,
     "why": cmd_why,
     "demo": cmd_demo,
     "ledger": cmd_ledger,

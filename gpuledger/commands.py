@@ -180,6 +180,20 @@ def _day(text: str, flag: str) -> dt.datetime:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
 
+def _stranded(wh: Any, cluster: str, start: dt.datetime, end: dt.datetime) -> float | None:
+    """Stranded (FGD) GPU-hours of one cluster over the window, sampled hourly; None when the
+    window spans several clusters or the data has no inventory to measure."""
+    from warehouse import queries
+    from warehouse.analytics.fragmentation import stranded_gpu_hours
+    from warehouse.analytics.ledger import until_now
+
+    names = queries.clusters(wh)["cluster"].to_list()
+    if not cluster and len(names) != 1:
+        return None
+    frame = stranded_gpu_hours(wh, cluster or str(names[0]), start, until_now(end))
+    return round(float(frame["stranded_gpu_hours"].sum()), 6) if frame.height else None
+
+
 def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
     from warehouse.analytics.ledger import LedgerError, compute_ledger
 
@@ -205,6 +219,7 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
         raise SettingsError(str(exc)) from None
     doc = result.to_json()
     doc["from"], doc["to"] = args.date_from, args.date_to
+    doc["totals"]["stranded_gpu_hours"] = _stranded(wh, args.cluster, start, end)
     if args.format == "json":
         print(json.dumps(doc, indent=1))
         return 0
@@ -251,6 +266,52 @@ def _fixed(value: Any) -> Any:
     return f"{value:.3f}" if isinstance(value, float) else value
 
 
+def _at(text: str | None) -> dt.datetime:
+    if not text:
+        return dt.datetime.now(dt.UTC)
+    try:
+        at = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise SettingsError(f"--at {text!r} is not an ISO time such as 2026-11-30T12:00") from None
+    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+
+
+def _cluster(wh: Any, given: str) -> str:
+    """The cluster asked for, or the only one there is."""
+    if given:
+        return given
+    from warehouse import queries
+
+    names = queries.clusters(wh)["cluster"].to_list()
+    if len(names) == 1:
+        return str(names[0])
+    if not names:
+        raise SettingsError("the warehouse has no samples from any cluster yet")
+    raise SettingsError(
+        f"the warehouse holds several clusters ({', '.join(names)}): pick one with --cluster"
+    )
+
+
+def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
+    from warehouse.analytics.fragmentation import FragmentationError, fragmentation_at
+
+    from .app import open_warehouse
+
+    wh = open_warehouse(settings)
+    try:
+        report = fragmentation_at(
+            wh,
+            _cluster(wh, args.cluster),
+            _at(args.at),
+            window=dt.timedelta(days=args.window_days),
+            scope=args.scope,
+        )
+    except FragmentationError as exc:
+        raise SettingsError(str(exc)) from None
+    print(report.to_json() if args.format == "json" else report.to_text())
+    return 0
+
+
 def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
     from warehouse.analytics.ledger import LedgerError
 
@@ -272,9 +333,32 @@ def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
                     "idle_min_duration_s": ledger.idle_min_duration_s,
                 },
             )
-        else:  # pragma: no cover - the parser allows only the above
-            raise SettingsError(f"why {args.what} is not known")
-    except LedgerError as exc:
+            print(
+                json.dumps(result.to_json(), indent=1)
+                if args.format == "json"
+                else result.to_text()
+            )
+            return 0
+        from warehouse.analytics import explain
+
+        cluster, at = _cluster(wh, args.cluster), _at(args.at)
+        if args.what == "job":
+            answer = explain.why_job(wh, cluster, args.id, at)
+        elif args.what == "gpu":
+            answer = explain.why_gpu(
+                wh,
+                cluster,
+                args.id,
+                at,
+                mig_instance=args.mig,
+                idle_threshold_ratio=ledger.idle_threshold_ratio,
+                idle_min_duration_s=ledger.idle_min_duration_s,
+            )
+        else:
+            answer = explain.why_tenant(
+                wh, cluster, args.id, at, idle_threshold_ratio=ledger.idle_threshold_ratio
+            )
+    except (LedgerError, ValueError) as exc:  # ExplainError and LedgerError are ValueErrors
         raise SettingsError(str(exc)) from None
-    print(json.dumps(result.to_json(), indent=1) if args.format == "json" else result.to_text())
+    print(answer.to_json() if args.format == "json" else answer.to_text())
     return 0

@@ -69,4 +69,18 @@ def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[
     assert why["current"]["month"] == month
     text = run("why", "cost", "--month", month).stdout
     assert text.startswith("Cost of the cluster ") and f"in {month}" in text
-
+    assert isinstance(doc["totals"]["stranded_gpu_hours"], float)  # one cluster: measured
+    frag = json.loads(run("fragmentation", "--format", "json").stdout)
+    assert 0 <= frag["cluster_fgd_gpus"] <= frag["free_gpus"]
+    assert "free" in run("fragmentation").stdout
+    gpu = run("sql", "SELECT gpu_uuid FROM gpuledger.gpus FINAL LIMIT 1", "--format", "csv")
+    uuid = gpu.stdout.splitlines()[1]
+    why_gpu = json.loads(run("why", "gpu", uuid, "--format", "json").stdout)
+    assert why_gpu["state"] and why_gpu["summary"]
+    tenant = doc["rows"][0]["key"]
+    assert tenant in run("why", "tenant", tenant).stdout
+    job = run("sql", "SELECT job_id FROM gpuledger.job_events LIMIT 1", "--format", "csv")
+    job_id = job.stdout.splitlines()[1]
+    assert job_id in run("why", "job", job_id).stdout
+    missing = run("why", "job", "no-such-job")
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1

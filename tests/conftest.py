@@ -6,6 +6,7 @@ every test that writes gets a fresh database in it (``wh``).
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import os
 import sys
@@ -59,3 +60,15 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def gpuledger_cmd() -> list[str]:
     return [sys.executable, "-m", "gpuledger.cli"]
+
+
+def recent(anchor: dt.datetime, margin: dt.timedelta = dt.timedelta(days=2)) -> dt.datetime:
+    """``anchor`` moved forward by whole weeks to between 9 and 2 days ago.
+
+    The warehouse's TTLs run on the wall clock (rows older than the retention are dropped at
+    insert), and the ledger stops windows at "now": fixtures dated in the past must move with
+    the calendar. Whole weeks keep weekday and time of day, so simulated output is unchanged.
+    """
+    week = dt.timedelta(weeks=1)
+    latest = dt.datetime.now(dt.UTC) - margin
+    return anchor + max(0, (latest - anchor) // week) * week

@@ -7,6 +7,7 @@ import json
 
 import polars as pl
 import pytest
+from conftest import recent
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent
 from dashboards.app import create_app
@@ -21,7 +22,7 @@ from warehouse.ingest import Ingestor
 #   10:00  job j1 holds it           free                  2         1.0        0.70
 #   11:00  j1 until 11:30            free                  2         0.5        0.70
 #   12:00  free                      j2 holds half of it   2         0.5        0.70
-H10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
+H10 = recent(dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC))
 NOW = H10 + dt.timedelta(hours=3)
 
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 import requests
+from conftest import recent
 
 from gpuledger.demo import DemoRun
 from gpuledger.settings import load_settings
 from warehouse.client import Warehouse
 
-NOW = dt.datetime(2026, 11, 20, 12, 0, 5, tzinfo=dt.UTC)
+NOW = recent(dt.datetime(2026, 11, 20, 12, 0, 5, tzinfo=dt.UTC))
 
 
 def _settings(wh: Warehouse, gpus: int = 16, seed: int = 3):
@@ -38,7 +39,7 @@ def test_backfill_then_restart_continues_without_gap_or_duplicate(wh: Warehouse)
     assert wh.rows(f"SELECT count() FROM {wh.database}.allocations FINAL")[0][0] > 0
     later = NOW + dt.timedelta(minutes=20)
     second = DemoRun.start(wh, _settings(wh), now=later)  # a new process on the same data
-    assert second.resumed_from == dt.datetime(2026, 11, 20, 12, 0, 0, tzinfo=dt.UTC)
+    assert second.resumed_from == NOW.replace(second=0)
     rows = wh.rows(
         f"SELECT count(), uniqExact(gpu_uuid, ts), uniqExact(ts), "
         f"toUnixTimestamp(max(ts)) - toUnixTimestamp(min(ts)) "

@@ -4,12 +4,13 @@ import datetime as dt
 import json
 
 import polars as pl
+from conftest import recent
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, GpuSample, JobEvent, Price, Tenant
 from warehouse.client import Warehouse
 from warehouse.ingest import Ingestor
 
-NOW = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC)
+NOW = recent(dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC))
 
 
 def ingestor(wh: Warehouse, retention_days: int = 35) -> Ingestor:

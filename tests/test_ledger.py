@@ -27,13 +27,14 @@ from decimal import Decimal
 
 import polars as pl
 import pytest
+from conftest import recent
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price, Tenant
 from warehouse.analytics.ledger import UNALLOCATED, compute_ledger
 from warehouse.client import Warehouse
 from warehouse.ingest import Ingestor
 
-T0 = dt.datetime(2026, 11, 2, 0, 0, tzinfo=dt.UTC)
+T0 = recent(dt.datetime(2026, 11, 2, 0, 0, tzinfo=dt.UTC))
 T10 = T0 + dt.timedelta(hours=10)
 
 

@@ -6,6 +6,7 @@ import datetime as dt
 from decimal import Decimal
 
 import polars as pl
+from conftest import recent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -138,7 +139,7 @@ def test_no_gpu_is_ever_more_than_fully_allocated(wh, seed: int) -> None:  # typ
             "warehouse": {"database": wh.database},
         },
     )
-    now = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
+    now = recent(dt.datetime(2026, 11, 20, tzinfo=dt.UTC))
     DemoRun.start(wh, cfg, now=now)
     peak = wh.rows(
         f"SELECT max(held) FROM (SELECT sum(delta) OVER (PARTITION BY gpu_uuid, mig_instance "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import recent
 from werkzeug.serving import make_server
 
 from collector.pipeline import HttpSink, Pipeline
@@ -18,7 +19,7 @@ from gpuledger.server import register
 from warehouse.client import Warehouse
 from warehouse.ingest import Ingestor
 
-T0 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
+T0 = recent(dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC))
 
 
 def samples_at(now: dt.datetime, gpus: int = 4) -> pl.DataFrame:

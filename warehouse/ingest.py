@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import decimal
 import hashlib
 import json
 import math
@@ -578,8 +579,6 @@ def _check_quota(r: Quota) -> tuple[str, str, str] | None:
 
 
 def _check_price(r: Price) -> tuple[str, str, str] | None:
-    import decimal
-
     if not _aware(r.effective_from):
         return ("effective_from", str(r.effective_from), "effective_from must be timezone-aware")
     try:
@@ -595,7 +594,5 @@ def _check_price(r: Price) -> tuple[str, str, str] | None:
 
 def _config_row(r: Any) -> tuple[Any, ...]:
     if isinstance(r, Price):
-        import decimal
-
         return (*r[:2], decimal.Decimal(r.price), *r[3:])
     return tuple(r)

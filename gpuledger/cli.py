@@ -140,6 +140,11 @@ def _parser() -> argparse.ArgumentParser:
         help="utilisation from the 1-minute rollup (default) or raw samples",
     )
     led.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    led.add_argument(
+        "--energy",
+        action="store_true",
+        help="also the energy used and its cost (price book resource energy_kwh)",
+    )
 
     why = sub.add_parser("why", parents=[common], help="explain a number, with numbers")
     whys = why.add_subparsers(dest="what", required=True, metavar="WHAT")

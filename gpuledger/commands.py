@@ -220,6 +220,23 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
     doc = result.to_json()
     doc["from"], doc["to"] = args.date_from, args.date_to
     doc["totals"]["stranded_gpu_hours"] = _stranded(wh, args.cluster, start, end)
+    if args.energy:
+        from warehouse.analytics.energy import energy_cost
+
+        energy = energy_cost(wh, start, end, by=args.by, cluster=args.cluster)
+        doc["energy"] = {
+            "rows": [
+                {
+                    "key": r.key,
+                    "energy_kwh": round(r.energy_kwh, 6),
+                    "energy_cost": str(r.energy_cost),
+                }
+                for r in energy.rows
+            ],
+            "energy_kwh": round(energy.energy_kwh, 6),
+            "energy_cost": str(energy.energy_cost),
+            "unpriced_kwh": round(energy.unpriced_kwh, 6),
+        }
     if args.format == "json":
         print(json.dumps(doc, indent=1))
         return 0
@@ -258,6 +275,24 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
         print(
             f"  conservation: rows + unshared = capacity cost: "
             f"{'holds' if doc['conserved'] else 'DOES NOT HOLD'}"
+        )
+    if "energy" in doc:
+        e = doc["energy"]
+        print(
+            f"\nenergy (beside the GPU-hour ledger): {e['energy_kwh']:.3f} kWh, "
+            f"{e['energy_cost']} {doc['currency']}"
+            + (
+                f"; {e['unpriced_kwh']:.3f} kWh with no energy_kwh price"
+                if e["unpriced_kwh"]
+                else ""
+            )
+        )
+        sys.stdout.write(
+            format_rows(
+                [args.by, "energy_kwh", "energy_cost"],
+                [[r["key"], f"{r['energy_kwh']:.3f}", r["energy_cost"]] for r in e["rows"]],
+                "table",
+            )
         )
     return 0
 

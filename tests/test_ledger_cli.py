@@ -84,3 +84,10 @@ def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[
     assert job_id in run("why", "job", job_id).stdout
     missing = run("why", "job", "no-such-job")
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+    energy = json.loads(
+        run("ledger", "--from", first, "--to", last, "--format", "json", "--energy").stdout
+    )["energy"]
+    assert energy["energy_kwh"] > 0 and energy["unpriced_kwh"] == 0
+    assert sum(float(r["energy_cost"]) for r in energy["rows"]) == pytest.approx(
+        float(energy["energy_cost"]), abs=0.001
+    )

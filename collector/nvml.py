@@ -7,9 +7,10 @@ in fakes. A missing library or driver raises :class:`NvmlUnavailableError` at st
 says whether the value is unsupported or the GPU is lost.
 
 The collector, which never touches pynvml, is :mod:`collector.nvml_collector`
-(:class:`NvmlCollector`, its records and its error policy). Its names are re-exported here, as
+(:class:`NvmlCollector` and its error policy). Its names are re-exported here, as
 ``from collector.nvml import NvmlCollector`` has always worked; they load on first use (see
-:func:`__getattr__`), because that module imports this one.
+:func:`__getattr__`), because that module imports this one. The records it returns besides
+samples (``GpuProcess``, ``GpuHealth``) are in :mod:`collector.records`, re-exported here too.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import pynvml
 
+from .records import GpuHealth, GpuProcess
+
 if TYPE_CHECKING:
-    from .nvml_collector import GpuHealth, GpuProcess, NvmlCollector, NvmlPoll, mig_profile_name
+    from .nvml_collector import NvmlCollector, NvmlPoll, mig_profile_name
 
 __all__ = [
     "GpuHealth",
@@ -403,9 +406,7 @@ class PynvmlBackend:
 
 
 # -- the collector's names, re-exported --------------------------------------------------------
-_COLLECTOR_NAMES = frozenset(
-    {"GpuHealth", "GpuProcess", "NvmlCollector", "NvmlPoll", "mig_profile_name"}
-)
+_COLLECTOR_NAMES = frozenset({"NvmlCollector", "NvmlPoll", "mig_profile_name"})
 
 
 def __getattr__(name: str) -> Any:

@@ -5,12 +5,15 @@
 names. The collector applies one error policy to every field (:meth:`NvmlCollector._read`):
 unsupported (``NOT_SUPPORTED``, ``FUNCTION_NOT_FOUND``, ``NO_PERMISSION``) becomes ``None``
 (NULL), logged once per field and driver version; a lost GPU becomes a
-:class:`~collector.records.Reject` and a :class:`GpuHealth` note while the other GPUs are
-still sampled; a missing library or driver raises
+:class:`~collector.records.Reject` and a :class:`~collector.records.GpuHealth` note while the
+other GPUs are still sampled; a missing library or driver raises
 :class:`~collector.nvml.NvmlUnavailableError` at start-up (when the backend opens).
 No warehouse I/O, no environment reads: cluster, pool, node and the proc root are parameters.
 Units (STYLE.md item 4): percents become ``*_ratio`` (0-1), milliwatts watts; energy stays in
 millijoules, memory in bytes. Messages go to the ``collector.nvml`` logger, with the seam's.
+The records (:class:`~collector.records.GpuProcess`, :class:`~collector.records.GpuHealth`) live
+in :mod:`collector.records` with the other kinds; they are re-exported here and from
+:mod:`collector.nvml`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from .cgroups import CgroupOwner, owner_of_pid
 from .nvml import (
@@ -35,7 +38,7 @@ from .nvml import (
     NvmlNotSupportedError,
     XidEvent,
 )
-from .records import Batch, GpuInventory, GpuSample, Reject
+from .records import Batch, GpuHealth, GpuInventory, GpuProcess, GpuSample, Reject
 
 __all__ = ["GpuHealth", "GpuProcess", "NvmlCollector", "NvmlPoll", "mig_profile_name"]
 
@@ -44,42 +47,6 @@ T = TypeVar("T")
 
 
 # -- what the collector returns ----------------------------------------------------------------
-class GpuProcess(NamedTuple):
-    """A compute process on a GPU (or MIG instance) and its owner, as far as cgroups tell.
-
-    ``nvidia-smi --query-compute-apps=timestamp,gpu_uuid,pid,used_memory`` plus
-    ``nvidia-smi pmon -s u`` for the SM share. The pod's name and namespace are not knowable
-    here (only its UID): the pipeline enriches them.
-    """
-
-    ts: dt.datetime
-    gpu_uuid: str
-    mig_instance: str  # "" for a whole GPU
-    pid: int
-    used_memory_bytes: int | None
-    sm_util_ratio: float | None  # mean over the interval's samples; None: not reported
-    pod_uid: str = ""
-    container_id: str = ""
-    slurm_job_id: str = ""
-
-
-class GpuHealth(NamedTuple):
-    """Health counters of one physical GPU that :class:`~collector.records.GpuSample` has no
-    columns for. ``nvidia-smi --query-gpu=uuid,clocks_event_reasons.active,
-    ecc.errors.uncorrected.volatile.total`` and ``nvidia-smi --query-remapped-rows=...``.
-    ``None``: not supported or not readable on this GPU."""
-
-    ts: dt.datetime
-    gpu_uuid: str
-    clock_event_reasons: int | None = None  # bitmask of nvmlClocksEventReason* (throttling)
-    ecc_dbe_volatile: int | None = None  # double-bit ECC errors since the driver loaded
-    remapped_rows_correctable: int | None = None
-    remapped_rows_uncorrectable: int | None = None
-    remapped_rows_pending: bool | None = None  # a reset is needed to apply a remap
-    remapped_rows_failure: bool | None = None  # remapping failed: the GPU needs service
-    gpu_lost: bool = False  # NVML_ERROR_GPU_IS_LOST: no other value could be read
-
-
 @dataclasses.dataclass(frozen=True)
 class NvmlPoll:
     """What one :meth:`NvmlCollector.collect` produced."""
@@ -90,8 +57,13 @@ class NvmlPoll:
     rejects: Sequence[Reject] = ()
 
     def batch(self) -> Batch:
-        """The samples and rejects as a :class:`~collector.records.Batch` for the sink."""
-        return Batch(samples=tuple(self.samples), rejects=tuple(self.rejects))
+        """Everything polled as a :class:`~collector.records.Batch` for the sink."""
+        return Batch(
+            samples=tuple(self.samples),
+            processes=tuple(self.processes),
+            health=tuple(self.health),
+            rejects=tuple(self.rejects),
+        )
 
 
 # -- the collector -----------------------------------------------------------------------------
@@ -338,7 +310,9 @@ class NvmlCollector:
                     dev.lost = _lost_reason(err)
             rejects.append(self._lost_reject(dev))
             if dev.uuid:
-                health.append(GpuHealth(now, dev.uuid, gpu_lost=True))
+                health.append(
+                    GpuHealth(now, dev.uuid, gpu_lost=True, cluster=self.cluster, node=self.node)
+                )
         return NvmlPoll(samples, processes, health, rejects)
 
     def _sample(
@@ -417,6 +391,8 @@ class NvmlCollector:
             remapped_rows_uncorrectable=unc,
             remapped_rows_pending=pending,
             remapped_rows_failure=failure,
+            cluster=self.cluster,
+            node=self.node,
         )
 
     def _processes(
@@ -450,6 +426,8 @@ class NvmlCollector:
                     owner.pod_uid,
                     owner.container_id,
                     owner.slurm_job_id,
+                    cluster=self.cluster,
+                    node=self.node,
                 )
             )
         return out

@@ -194,6 +194,49 @@ class Price(NamedTuple):
     resource: str = "gpu_hour"  # or "energy_kwh" (gpu_model "")
 
 
+class GpuProcess(NamedTuple):
+    """A compute process on a GPU (or MIG instance) at ``ts``, and its owner as cgroups tell.
+
+    ``nvidia-smi --query-compute-apps=timestamp,gpu_uuid,pid,used_memory`` plus
+    ``nvidia-smi pmon -s u`` for the SM share. The pod's name and namespace are not knowable
+    on the node, only its UID. ``pid`` is the host's PID, meaningful only with ``node``.
+    """
+
+    ts: dt.datetime
+    gpu_uuid: str
+    mig_instance: str  # "" for a whole GPU, else the GPU-instance id (e.g. "13")
+    pid: int
+    used_memory_bytes: int | None  # None: NVML did not report it
+    sm_util_ratio: float | None  # mean over the interval's samples, 0-1; None: not reported
+    pod_uid: str = ""
+    container_id: str = ""
+    slurm_job_id: str = ""
+    cluster: str = ""  # last, with defaults, so that positional constructors keep working
+    node: str = ""
+
+
+class GpuHealth(NamedTuple):
+    """Health counters of one physical GPU that :class:`GpuSample` has no columns for.
+
+    ``nvidia-smi --query-gpu=uuid,clocks_event_reasons.active,
+    ecc.errors.uncorrected.volatile.total`` and ``nvidia-smi --query-remapped-rows=...``.
+    ``None``: not supported or not readable on this GPU. The counters belong to the physical
+    GPU, so there is no MIG instance here: every instance of ``gpu_uuid`` shares them.
+    """
+
+    ts: dt.datetime
+    gpu_uuid: str
+    clock_event_reasons: int | None = None  # bitmask of nvmlClocksEventReason* (throttling)
+    ecc_dbe_volatile: int | None = None  # double-bit ECC errors since the driver loaded
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None  # a reset is needed to apply a remap
+    remapped_rows_failure: bool | None = None  # remapping failed: the GPU needs service
+    gpu_lost: bool = False  # NVML_ERROR_GPU_IS_LOST: no other value could be read
+    cluster: str = ""  # last, with defaults, so that positional constructors keep working
+    node: str = ""
+
+
 class Reject(NamedTuple):
     """Input a source could not turn into a record, kept for the quarantine table.
 
@@ -250,6 +293,8 @@ class Batch:
     nodes: Sequence[NodeInventory] = ()
     job_events: Sequence[JobEvent] = ()
     rejects: Sequence[Reject] = ()
+    processes: Sequence[GpuProcess] = ()
+    health: Sequence[GpuHealth] = ()
 
     def __len__(self) -> int:
         return (
@@ -258,6 +303,8 @@ class Batch:
             + len(self.nodes)
             + len(self.job_events)
             + len(self.rejects)
+            + len(self.processes)
+            + len(self.health)
         )
 
 

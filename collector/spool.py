@@ -29,7 +29,9 @@ import polars as pl
 
 from .records import (
     Batch,
+    GpuHealth,
     GpuInventory,
+    GpuProcess,
     JobEvent,
     NodeInventory,
     Reject,
@@ -44,6 +46,8 @@ _KINDS: dict[str, Any] = {
     "nodes": NodeInventory,
     "job_events": JobEvent,
     "rejects": Reject,
+    "processes": GpuProcess,
+    "health": GpuHealth,
 }
 _DATETIME_FIELDS = {"ts", "started_at"}
 

@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 
 
 class NvmlSource:
-    """The NVML collector as a pipeline source: samples every step, inventory on the first
-    step and every ``inventory_every`` steps after (GPUs come, go, and change health)."""
+    """The NVML collector as a pipeline source: samples, compute processes and health counters
+    every step, inventory on the first step and every ``inventory_every`` steps after (GPUs
+    come, go, and change health)."""
 
     name = "nvml"
 
@@ -46,7 +47,13 @@ class NvmlSource:
         poll = self.collector.collect(now)
         gpus = self.collector.inventory(now) if self._steps % self.inventory_every == 0 else ()
         self._steps += 1
-        return Batch(samples=tuple(poll.samples), gpus=tuple(gpus), rejects=tuple(poll.rejects))
+        return Batch(
+            samples=tuple(poll.samples),
+            gpus=tuple(gpus),
+            processes=tuple(poll.processes),
+            health=tuple(poll.health),
+            rejects=tuple(poll.rejects),
+        )
 
     def close(self) -> None:
         self.collector.close()

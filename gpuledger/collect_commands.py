@@ -21,7 +21,8 @@ def _print_batch(batch: Any) -> None:
     samples = samples_frame(batch.samples) if len(batch.samples) else None
     print(
         f"{len(batch.samples)} samples, {len(batch.gpus)} GPUs, {len(batch.nodes)} nodes, "
-        f"{len(batch.job_events)} job events, {len(batch.rejects)} rejects"
+        f"{len(batch.job_events)} job events, {len(batch.processes)} GPU processes, "
+        f"{len(batch.health)} GPU health rows, {len(batch.rejects)} rejects"
     )
     if samples is not None:
         cols = [
@@ -42,6 +43,19 @@ def _print_batch(batch: Any) -> None:
         ("gpus", ("node", "gpu_uuid", "mig_instance", "gpu_model", "health")),
         ("nodes", ("node", "gpu_model", "gpu_count", "state")),
         ("job_events", ("ts", "job_id", "event", "tenant", "gpus_requested", "node", "reason")),
+        (
+            "processes",
+            (
+                "gpu_uuid",
+                "mig_instance",
+                "pid",
+                "used_memory_bytes",
+                "sm_util_ratio",
+                "pod_uid",
+                "slurm_job_id",
+            ),
+        ),
+        ("health", ("gpu_uuid", "clock_event_reasons", "ecc_dbe_volatile", "gpu_lost")),
         ("rejects", ("source", "field", "value", "reason")),
     ):
         records = getattr(batch, kind)

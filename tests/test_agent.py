@@ -104,7 +104,11 @@ def test_agent_survives_a_server_kill(
     collected = int(summary.split("collected ")[1].split()[0])
     assert summary.endswith("0 still spooled")
     query = (
-        "SELECT count(), uniqExact(gpu_uuid, mig_instance, ts), uniqExact(ts) "
+        "SELECT count(), uniqExact(gpu_uuid, mig_instance, ts), uniqExact(ts), "
+        "(SELECT count() FROM gpuledger.gpu_processes), "
+        "(SELECT uniqExact(gpu_uuid, pid, ts) FROM gpuledger.gpu_processes), "
+        "(SELECT count() FROM gpuledger.gpu_health), "
+        "(SELECT uniqExact(gpu_uuid, ts) FROM gpuledger.gpu_health) "
         "FROM gpuledger.gpu_samples"
     )
     got = subprocess.run(
@@ -114,9 +118,14 @@ def test_agent_survives_a_server_kill(
         text=True,
         timeout=120,
     )
-    count, unique, instants = map(int, got.stdout.splitlines()[1].split(","))
+    count, unique, instants, procs, unique_procs, health, unique_health = map(
+        int, got.stdout.splitlines()[1].split(",")
+    )
     assert count == unique == collected  # every sample once, none lost, none twice
     assert instants > 10
+    # processes and health travel in the same batches: 6 processes and 3 GPUs a poll
+    assert procs == unique_procs == 6 * instants
+    assert health == unique_health == 3 * instants
 
 
 def test_serve_runs_collectors_in_process(
@@ -171,11 +180,16 @@ def test_serve_runs_collectors_in_process(
     )
     count, gpus, node = got.stdout.splitlines()[1].split(",")
     assert int(count) >= 2 * int(gpus) and int(gpus) >= 3 and node == "node-1"
+    # inventory, and the processes and health counters the stand-in reports (6 and 3 a poll)
     inventory = subprocess.run(
         [
             *gpuledger_cmd,
             "sql",
-            "SELECT count() FROM gpuledger.gpus FINAL",
+            "SELECT (SELECT count() FROM gpuledger.gpus FINAL), "
+            "(SELECT uniqExact(pid) FROM gpuledger.gpu_processes WHERE node = 'node-1'), "
+            "(SELECT uniqExact(gpu_uuid) FROM gpuledger.gpu_health WHERE cluster = 'c1'), "
+            "(SELECT count() FROM gpuledger.quarantine "
+            "WHERE kind IN ('gpu_process', 'gpu_health'))",
             "--format",
             "csv",
             "--data-dir",
@@ -186,4 +200,5 @@ def test_serve_runs_collectors_in_process(
         text=True,
         timeout=120,
     )
-    assert int(inventory.stdout.splitlines()[1]) >= 3
+    gpus, pids, healthy, quarantined = map(int, inventory.stdout.splitlines()[1].split(","))
+    assert gpus >= 3 and pids == 6 and healthy == 3 and quarantined == 0

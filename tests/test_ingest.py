@@ -6,7 +6,17 @@ import json
 import polars as pl
 from conftest import recent
 
-from collector.records import SAMPLE_SCHEMA, GpuInventory, GpuSample, JobEvent, Price, Tenant
+from collector.records import (
+    SAMPLE_SCHEMA,
+    Batch,
+    GpuHealth,
+    GpuInventory,
+    GpuProcess,
+    GpuSample,
+    JobEvent,
+    Price,
+    Tenant,
+)
 from warehouse.client import Warehouse
 from warehouse.ingest import Ingestor
 
@@ -279,7 +289,7 @@ def test_config_records_and_decimal_prices(wh: Warehouse) -> None:
 
 
 def test_source_rejects_are_quarantined_once(wh: Warehouse) -> None:
-    from collector.records import Batch, Reject
+    from collector.records import Reject
 
     rejects = [
         Reject(
@@ -320,3 +330,127 @@ def test_jobs_without_placement_hold_their_requested_gpus(wh: Warehouse) -> None
         f"FROM {wh.database}.allocations FINAL"
     )
     assert rows == [("j1", "", 3.0, 60)]  # the job that never started holds nothing
+
+
+# -- GPU processes and health -------------------------------------------------------------------
+GIB = 2**30
+
+
+def process(pid: int, **kw: object) -> GpuProcess:
+    base: dict[str, object] = {
+        "ts": NOW - dt.timedelta(minutes=1),
+        "gpu_uuid": "GPU-a",
+        "mig_instance": "",
+        "pid": pid,
+        "used_memory_bytes": 20 * GIB,
+        "sm_util_ratio": 0.7,
+        "pod_uid": "6f1c-pod",
+        "cluster": "c1",
+        "node": "n1",
+    }
+    base.update(kw)
+    return GpuProcess(**base)  # type: ignore[arg-type]
+
+
+def health(gpu: str = "GPU-a", **kw: object) -> GpuHealth:
+    base: dict[str, object] = {"ts": NOW - dt.timedelta(minutes=1), "cluster": "c1", "node": "n1"}
+    base.update(kw)
+    return GpuHealth(gpu_uuid=gpu, **base)  # type: ignore[arg-type]
+
+
+def test_processes_and_health_are_written_once(wh: Warehouse) -> None:
+    batch = Batch(
+        processes=[
+            process(2101),
+            process(
+                2202,
+                gpu_uuid="GPU-b",
+                mig_instance="13",
+                used_memory_bytes=None,
+                sm_util_ratio=None,
+                pod_uid="",
+                slurm_job_id="456",
+            ),
+        ],
+        health=[
+            health(
+                clock_event_reasons=0x4,
+                ecc_dbe_volatile=0,
+                remapped_rows_correctable=2,
+                remapped_rows_uncorrectable=0,
+                remapped_rows_pending=False,
+                remapped_rows_failure=False,
+            ),
+            health("GPU-b", gpu_lost=True),  # a lost GPU: nothing else could be read
+        ],
+    )
+    first = ingestor(wh).write(batch, batch_id="poll-1")
+    assert first.written == {"gpu_processes": 2, "gpu_health": 2}
+    assert not first.quarantined
+    ingestor(wh).write(batch, batch_id="poll-1")  # a retry after a lost reply
+    ingestor(wh).write_processes(batch.processes)  # no batch id: the content names it
+    ingestor(wh).write_processes(batch.processes)
+    assert count(wh, "gpu_processes") == 2 + 2  # poll-1 once, the content-named batch once
+    assert count(wh, "gpu_health") == 2
+    assert wh.rows(
+        "SELECT cluster, node, gpu_uuid, mig_instance, pid, used_memory_bytes, "
+        "round(toFloat64(sm_util_ratio), 2), pod_uid, slurm_job_id "
+        f"FROM {wh.database}.gpu_processes ORDER BY pid LIMIT 1 BY pid"
+    ) == [
+        ("c1", "n1", "GPU-a", "", 2101, 20 * GIB, 0.7, "6f1c-pod", ""),
+        ("c1", "n1", "GPU-b", "13", 2202, None, None, "", "456"),
+    ]
+    assert wh.rows(
+        f"SELECT gpu_uuid, clock_event_reasons, ecc_dbe_volatile, remapped_rows_correctable, "
+        f"remapped_rows_pending, gpu_lost FROM {wh.database}.gpu_health ORDER BY gpu_uuid"
+    ) == [("GPU-a", 4, 0, 2, False, False), ("GPU-b", None, None, None, None, True)]
+
+
+def test_bad_processes_and_health_are_quarantined_with_field(wh: Warehouse) -> None:
+    ing = ingestor(wh, retention_days=2)
+    bad_processes = {
+        "ts": process(1, ts=dt.datetime(2026, 11, 20, 11, 0)),  # naive
+        "cluster": process(2, cluster=""),
+        "node": process(3, node=""),
+        "gpu_uuid": process(4, gpu_uuid=""),
+        "pid": process(-5),
+        "used_memory_bytes": process(6, used_memory_bytes=-1),
+        "sm_util_ratio": process(7, sm_util_ratio=45.0),  # a percent
+        "pod_uid": process(8, pod_uid="u" * 5000),
+    }
+    result = ing.write_processes([process(2101), *bad_processes.values()])
+    assert result.written["gpu_processes"] == 1
+    assert result.quarantined_total == len(bad_processes)
+    bad_health = {
+        "ts": health(ts=NOW + dt.timedelta(hours=1)),
+        "gpu_uuid": health(""),
+        "clock_event_reasons": health(clock_event_reasons=-1),
+        "ecc_dbe_volatile": health(ecc_dbe_volatile=1.5),
+        "remapped_rows_pending": health(remapped_rows_pending="yes"),
+    }
+    result = ing.write_health([health(), *bad_health.values()])
+    assert result.written["gpu_health"] == 1
+    assert result.quarantined_total == len(bad_health)
+    rows = wh.rows(f"SELECT kind, field, reason, payload FROM {wh.database}.quarantine")
+    fields = {kind: {r[1] for r in rows if r[0] == kind} for kind in ("gpu_process", "gpu_health")}
+    assert fields == {"gpu_process": set(bad_processes), "gpu_health": set(bad_health)}
+    by_field = {(r[0], r[1]): r for r in rows}
+    assert "within 0-1" in by_field[("gpu_process", "sm_util_ratio")][2]
+    assert "future" in by_field[("gpu_health", "ts")][2]
+    assert json.loads(by_field[("gpu_process", "pid")][3])["pid"] == -5
+    assert count(wh, "gpu_processes") == count(wh, "gpu_health") == 1
+
+
+def test_processes_and_health_outside_retention_are_quarantined(wh: Warehouse) -> None:
+    ing = ingestor(wh, retention_days=2)
+    old = NOW - dt.timedelta(days=3)
+    result = ing.write(
+        Batch(processes=[process(1, ts=old), process(2)], health=[health(ts=old), health()])
+    )
+    assert result.written == {"gpu_processes": 1, "gpu_health": 1}
+    reasons = set(result.quarantined)
+    assert len(reasons) == 2 and all(
+        r.startswith("ts is older than the raw retention (2 days): ") for r in reasons
+    )
+    assert any("gpu_processes" in r for r in reasons) and any("gpu_health" in r for r in reasons)
+    assert count(wh, "quarantine", "field = 'ts'") == 2

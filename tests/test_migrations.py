@@ -30,6 +30,8 @@ TABLES = {
     "audit_log",
     "quarantine",
     "schema_migrations",
+    "gpu_processes",
+    "gpu_health",
 }
 KEY_COLUMNS = {"cluster", "pool", "node", "gpu_uuid", "gpu_model", "job_id", "tenant"}
 
@@ -116,7 +118,9 @@ def test_retention_is_rendered_from_settings() -> None:
     assert "INTERVAL 9 DAY" in sql
 
 
-@pytest.mark.parametrize("table", ["gpu_samples", "gpu_samples_1m", "job_events"])
+@pytest.mark.parametrize(
+    "table", ["gpu_samples", "gpu_samples_1m", "job_events", "gpu_processes", "gpu_health"]
+)
 def test_dedup_window_is_on_for_ingested_tables(wh: Warehouse, table: str) -> None:
     ddl = wh.rows(
         "SELECT create_table_query FROM system.tables WHERE database = {d:String} "
@@ -135,11 +139,14 @@ def test_changed_retention_is_applied_to_the_tables(wh: Warehouse) -> None:
             {"d": wh.database},
         )
     )
-    assert "toDateTime(ts) + toIntervalDay(9)" in ddl["gpu_samples"]
+    for raw in ("gpu_samples", "gpu_processes", "gpu_health"):
+        assert "toDateTime(ts) + toIntervalDay(9)" in ddl[raw], raw
     assert "toIntervalDay(400)" in ddl["gpu_samples_1h"]
     assert "toIntervalDay(180)" in ddl["gpu_samples_1m"]
     assert reconcile_retention(wh, opts) == []  # steady state: no ALTER on every start
     assert reconcile_retention(wh, RenderOptions(database=wh.database)) == [
         "gpu_samples",
+        "gpu_processes",
+        "gpu_health",
         "gpu_samples_1h",
     ]

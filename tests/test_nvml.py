@@ -221,6 +221,8 @@ def test_health_counters(stub: Stub) -> None:
         remapped_rows_uncorrectable=0,
         remapped_rows_pending=False,
         remapped_rows_failure=False,
+        cluster="lab",
+        node="gpu-node-1",
     )
     h1 = health[H1]
     assert (
@@ -390,7 +392,7 @@ def test_processes_map_to_pods_and_slurm_jobs(stub: Stub) -> None:
     poll = col.collect(NOW)
     procs = {p.pid: p for p in poll.processes}
     assert procs[2101] == GpuProcess(
-        NOW, H0, "", 2101, 20 * GIB, 0.7, U1, procs[2101].container_id, ""
+        NOW, H0, "", 2101, 20 * GIB, 0.7, U1, procs[2101].container_id, "", "lab", "gpu-node-1"
     )
     assert procs[2101].container_id.startswith("0a3bb1b8")
     assert (procs[2103].pod_uid, procs[2103].sm_util_ratio) == (U3, 0.05)
@@ -526,7 +528,10 @@ def test_gpu_lost_mid_sample_leaves_no_partial_records() -> None:
     assert [(h.gpu_uuid, h.gpu_lost) for h in poll.health] == [("GPU-0", False), ("GPU-1", True)]
     assert [r.value for r in poll.rejects] == ["GPU-1"]
     batch = poll.batch()
-    assert isinstance(batch, Batch) and len(batch) == 2
+    # 1 sample, 1 process, 2 health notes, 1 reject
+    assert isinstance(batch, Batch) and len(batch) == 5
+    assert {(h.cluster, h.node) for h in batch.health} == {("lab", "n")}
+    assert {(p.cluster, p.node) for p in batch.processes} == {("lab", "n")}
     assert all(isinstance(s, GpuSample) for s in batch.samples)
 
 

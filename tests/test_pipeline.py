@@ -13,7 +13,16 @@ from conftest import recent
 from werkzeug.serving import make_server
 
 from collector.pipeline import HttpSink, Pipeline
-from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample, JobEvent, Reject
+from collector.records import (
+    SAMPLE_SCHEMA,
+    Batch,
+    GpuHealth,
+    GpuInventory,
+    GpuProcess,
+    GpuSample,
+    JobEvent,
+    Reject,
+)
 from collector.spool import Spool, dump_batch, load_batch
 from gpuledger.server import register
 from warehouse.client import Warehouse
@@ -45,12 +54,24 @@ def test_batches_survive_the_disk_round_trip(tmp_path: Path) -> None:
         gpus=[GpuInventory(T0, "c1", "p", "n1", "GPU-0", 0, "H100", memory_total_bytes=None)],
         job_events=[JobEvent(T0, "c1", "j1", "started", gpu_uuids=("GPU-0",), started_at=T0)],
         rejects=[Reject("dcgm", "gpu_sample", "line", "x{", "broken", "x{ 1")],
+        processes=[
+            GpuProcess(T0, "GPU-0", "", 2101, 2**34, 0.7, "uid-1", "0a3b", "", "c1", "n1"),
+            GpuProcess(T0, "GPU-0", "13", 2202, None, None, slurm_job_id="456", cluster="c1"),
+        ],
+        health=[
+            GpuHealth(T0, "GPU-0", 0x4, 0, 2, 0, False, True, cluster="c1", node="n1"),
+            GpuHealth(T0, "GPU-1", gpu_lost=True, cluster="c1", node="n1"),
+        ],
     )
     back = load_batch(dump_batch(batch))
     assert back.samples.equals(batch.samples)
     assert list(back.gpus) == list(batch.gpus)
     assert list(back.job_events) == list(batch.job_events)
     assert list(back.rejects) == list(batch.rejects)
+    assert list(back.processes) == list(batch.processes)
+    assert list(back.health) == list(batch.health)
+    assert back.health[0].remapped_rows_failure is True and back.health[1].ecc_dbe_volatile is None
+    assert len(back) == len(batch) == 4 + 1 + 1 + 1 + 2 + 2
     with pytest.raises(ValueError, match="not a gpuledger batch"):
         load_batch(b"garbage")
 

@@ -8,7 +8,10 @@ batch after a timeout writes nothing twice — the rollups included.
 
 Samples older than the raw retention are quarantined rather than inserted: ClickHouse would
 drop them from ``gpu_samples`` at insert (TTL) while still feeding them to the rollup views,
-and the rollups would then disagree with the raw data.
+and the rollups would then disagree with the raw data. GPU processes and GPU health go to raw
+tables with the same TTL (and no rollups); their old rows are refused the same way, with the
+same reason, so that no row is dropped silently at insert. The per-record checks are in
+:mod:`warehouse.checks`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import datetime as dt
 import decimal
 import hashlib
 import json
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -26,13 +28,11 @@ from typing import Any
 import polars as pl
 
 from collector.records import (
-    GPU_HEALTH,
-    JOB_EVENTS,
-    NODE_STATES,
     SAMPLE_SCHEMA,
-    WORKLOAD_TYPES,
     Batch,
+    GpuHealth,
     GpuInventory,
+    GpuProcess,
     GpuSample,
     JobEvent,
     NodeInventory,
@@ -44,12 +44,26 @@ from collector.records import (
 )
 
 from . import queries
+from .checks import (
+    FUTURE_REASON,
+    MAX_FUTURE_SKEW,
+    MAX_LABEL_CHARS,
+    RATIO_REASON,
+    RawWindow,
+    aware,
+    check_event,
+    check_gpu,
+    check_health,
+    check_node,
+    check_price,
+    check_process,
+    check_quota,
+    check_rule,
+    check_tenant,
+    too_old_reason,
+)
 from .client import Warehouse
 
-#: Samples may be at most this far in the future of the ingesting clock (clock skew).
-MAX_FUTURE_SKEW = dt.timedelta(minutes=15)
-#: Longest label value kept (Kubernetes object names are at most 253 characters).
-MAX_LABEL_CHARS = 1024
 _RATIO_FIELDS = ("gpu_util_ratio", "gr_engine_active_ratio", "mem_util_ratio")
 _NONNEG_FLOAT_FIELDS = ("power_watts",)
 _LABEL_FIELDS = (
@@ -228,7 +242,7 @@ class Ingestor:
             "gpu_inventory",
             "gpu_inventory_log",
             records,
-            _check_gpu,
+            check_gpu,
             tuple,
             GpuInventory._fields,
             batch_id,
@@ -241,7 +255,7 @@ class Ingestor:
             "node_inventory",
             "node_inventory_log",
             records,
-            _check_node,
+            check_node,
             tuple,
             NodeInventory._fields,
             batch_id,
@@ -256,15 +270,46 @@ class Ingestor:
         so events that arrive late, out of order or twice give the same intervals.
         """
         result = self._write_records(
-            "job_event", "job_events", records, _check_event, _event_row, JobEvent._fields, batch_id
+            "job_event", "job_events", records, check_event, _event_row, JobEvent._fields, batch_id
         )
-        jobs = sorted({(e.cluster, e.job_id) for e in records if _check_event(e) is None})
+        jobs = sorted({(e.cluster, e.job_id) for e in records if check_event(e) is None})
         for start in range(0, len(jobs), 5000):
             self.wh.command(
                 queries.sql("derive_allocations"),
                 {"db": self.wh.database, "jobs": jobs[start : start + 5000]},
             )
         return result
+
+    def write_processes(
+        self, records: Sequence[GpuProcess], batch_id: str | None = None
+    ) -> IngestResult:
+        """Validate and insert the compute processes seen on each GPU into ``gpu_processes``."""
+        window = RawWindow(self.now(), self.raw_retention, "gpu_processes")
+        return self._write_records(
+            "gpu_process",
+            "gpu_processes",
+            records,
+            lambda r: check_process(r, window),
+            tuple,
+            GpuProcess._fields,
+            batch_id,
+        )
+
+    def write_health(
+        self, records: Sequence[GpuHealth], batch_id: str | None = None
+    ) -> IngestResult:
+        """Validate and insert GPU health counters (throttling, ECC, remapping) into
+        ``gpu_health``."""
+        window = RawWindow(self.now(), self.raw_retention, "gpu_health")
+        return self._write_records(
+            "gpu_health",
+            "gpu_health",
+            records,
+            lambda r: check_health(r, window),
+            tuple,
+            GpuHealth._fields,
+            batch_id,
+        )
 
     # -- configuration ------------------------------------------------------------------------
     def write_config(
@@ -278,10 +323,10 @@ class Ingestor:
         now = self.now()
         result = IngestResult()
         for table, kind, records, check in (
-            ("tenants", "tenant", list(tenants), _check_tenant),
-            ("tenant_rules", "tenant_rule", list(rules), _check_rule),
-            ("quotas", "quota", list(quotas), _check_quota),
-            ("price_book", "price", list(prices), _check_price),
+            ("tenants", "tenant", list(tenants), check_tenant),
+            ("tenant_rules", "tenant_rule", list(rules), check_rule),
+            ("quotas", "quota", list(quotas), check_quota),
+            ("price_book", "price", list(prices), check_price),
         ):
             if not records:
                 continue
@@ -305,6 +350,10 @@ class Ingestor:
             result += self.write_nodes(batch.nodes, suffix("nodes"))
         if batch.gpus:
             result += self.write_gpus(batch.gpus, suffix("gpus"))
+        if batch.processes:
+            result += self.write_processes(batch.processes, suffix("processes"))
+        if batch.health:
+            result += self.write_health(batch.health, suffix("health"))
         if batch.job_events:
             result += self.write_job_events(batch.job_events, suffix("events"))
         if len(batch.samples):
@@ -388,7 +437,7 @@ def _convert(name: str, values: list[Any]) -> tuple[pl.Series, pl.Series]:
     dtype = SAMPLE_SCHEMA[name]
     if name == "ts":
         given = pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
-        return given, pl.Series(name, [v if _aware(v) else None for v in values], dtype=dtype)
+        return given, pl.Series(name, [v if aware(v) else None for v in values], dtype=dtype)
     try:
         series = pl.Series(name, values, dtype=dtype, strict=True)
         return series, series
@@ -415,14 +464,14 @@ def _validate_samples(
         (
             "ts",
             pl.col("ts") < oldest,
-            f"ts is older than the raw retention ({retention.days} days): the sample would be "
-            "dropped from gpu_samples but kept in rollups; raise warehouse.raw_retention_days "
-            "to backfill it",
+            too_old_reason(
+                retention, "the sample would be dropped from gpu_samples but kept in rollups"
+            ),
         ),
         (
             "ts",
             pl.col("ts") > newest,
-            "ts is more than 15 minutes in the future: check the source's clock",
+            FUTURE_REASON,
         ),
     ]
     for name in _REQUIRED_FIELDS:
@@ -441,7 +490,7 @@ def _validate_samples(
             (
                 name,
                 col.is_nan() | (col < 0) | (col > 1),
-                f"{name} must be a ratio within 0-1 (not a percent, not NaN)",
+                f"{name} {RATIO_REASON}",
             )
         )
     for name in (*_NONNEG_FLOAT_FIELDS, "temperature_celsius"):
@@ -473,123 +522,8 @@ def _validate_samples(
     return frame.filter(~any_bad), rejects
 
 
-# -- record validation ------------------------------------------------------------------------
-def _aware(ts: Any) -> bool:
-    return isinstance(ts, dt.datetime) and ts.tzinfo is not None
-
-
-def _check_common(r: Any) -> tuple[str, str, str] | None:
-    if not _aware(r.ts):
-        return ("ts", str(r.ts), "ts must be a timezone-aware datetime (UTC)")
-    if not r.cluster:
-        return ("cluster", "", "cluster is empty")
-    for name in r._fields:
-        value = getattr(r, name)
-        if isinstance(value, str) and len(value) > MAX_LABEL_CHARS:
-            return (name, value[:100], f"{name} is longer than {MAX_LABEL_CHARS} characters")
-    return None
-
-
-def _check_gpu(r: GpuInventory) -> tuple[str, str, str] | None:
-    if (problem := _check_common(r)) is not None:
-        return problem
-    if not r.gpu_uuid:
-        return ("gpu_uuid", "", "gpu_uuid is empty")
-    if r.health not in GPU_HEALTH:
-        return ("health", r.health, f"health must be one of {', '.join(GPU_HEALTH)}")
-    if not (isinstance(r.capacity_fraction, float | int) and 0 < r.capacity_fraction <= 1):
-        return (
-            "capacity_fraction",
-            str(r.capacity_fraction),
-            "capacity_fraction must be in (0, 1]",
-        )
-    return None
-
-
-def _check_node(r: NodeInventory) -> tuple[str, str, str] | None:
-    if (problem := _check_common(r)) is not None:
-        return problem
-    if not r.node:
-        return ("node", "", "node is empty")
-    if r.state not in NODE_STATES:
-        return ("state", r.state, f"state must be one of {', '.join(NODE_STATES)}")
-    if not isinstance(r.gpu_count, int) or r.gpu_count < 0:
-        return ("gpu_count", str(r.gpu_count), "gpu_count must be a non-negative integer")
-    return None
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
-
-
-def _check_event(r: JobEvent) -> tuple[str, str, str] | None:
-    if (problem := _check_common(r)) is not None:
-        return problem
-    if not r.job_id:
-        return ("job_id", "", "job_id is empty")
-    if r.event not in JOB_EVENTS:
-        return ("event", r.event, f"event must be one of {', '.join(JOB_EVENTS)}")
-    if r.workload_type not in WORKLOAD_TYPES:
-        return (
-            "workload_type",
-            r.workload_type,
-            f"workload_type must be one of {', '.join(WORKLOAD_TYPES)}",
-        )
-    if not _finite(r.gpus_requested) or r.gpus_requested < 0:
-        return ("gpus_requested", str(r.gpus_requested), "gpus_requested must be >= 0")
-    if not _finite(r.gpu_fraction) or not 0 < r.gpu_fraction <= 1:
-        return ("gpu_fraction", str(r.gpu_fraction), "gpu_fraction must be in (0, 1]")
-    if r.mig_instances and len(r.mig_instances) != len(r.gpu_uuids):
-        return (
-            "mig_instances",
-            str(r.mig_instances),
-            "mig_instances must be empty or name one instance per GPU in gpu_uuids",
-        )
-    if r.started_at is not None and not _aware(r.started_at):
-        return ("started_at", str(r.started_at), "started_at must be timezone-aware")
-    return None
-
-
 def _event_row(e: JobEvent) -> tuple[Any, ...]:
     return (*e[:-5], list(e.gpu_uuids), list(e.mig_instances), e.started_at, e.reason, e.source)
-
-
-def _check_tenant(r: Tenant) -> tuple[str, str, str] | None:
-    if not r.tenant or r.tenant != f"{r.org}/{r.project}":
-        return ("tenant", r.tenant, "tenant must be 'org/project' and match org and project")
-    return None
-
-
-def _check_rule(r: TenantRule) -> tuple[str, str, str] | None:
-    if r.kind not in ("namespace", "label", "slurm_account"):
-        return ("kind", r.kind, "kind must be namespace, label or slurm_account")
-    if r.kind == "label" and "=" not in r.pattern:
-        return ("pattern", r.pattern, "a label rule's pattern must be key=value")
-    return None
-
-
-def _check_quota(r: Quota) -> tuple[str, str, str] | None:
-    if not _aware(r.effective_from):
-        return ("effective_from", str(r.effective_from), "effective_from must be timezone-aware")
-    for name in ("guaranteed_gpus", "borrow_limit_gpus", "lend_limit_gpus"):
-        value = getattr(r, name)
-        if value is not None and (not _finite(value) or value < 0):
-            return (name, str(value), f"{name} must be a non-negative number")
-    return None
-
-
-def _check_price(r: Price) -> tuple[str, str, str] | None:
-    if not _aware(r.effective_from):
-        return ("effective_from", str(r.effective_from), "effective_from must be timezone-aware")
-    try:
-        value = decimal.Decimal(r.price)
-    except (decimal.InvalidOperation, TypeError):
-        return ("price", str(r.price), "price must be a decimal string such as '2.45'")
-    if not value.is_finite() or value < 0:
-        return ("price", str(r.price), "price must be a finite, non-negative decimal")
-    if r.resource not in ("gpu_hour", "energy_kwh"):
-        return ("resource", r.resource, "resource must be gpu_hour or energy_kwh")
-    return None
 
 
 def _config_row(r: Any) -> tuple[Any, ...]:

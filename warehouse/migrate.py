@@ -166,6 +166,8 @@ def migrate(wh: Warehouse, opts: RenderOptions) -> list[Migration]:
 #: Tables whose TTL follows a retention setting, with the expression the TTL is on.
 RETENTION = {
     "gpu_samples": ("toDateTime(ts)", "raw_retention_days"),
+    "gpu_processes": ("toDateTime(ts)", "raw_retention_days"),
+    "gpu_health": ("toDateTime(ts)", "raw_retention_days"),
     "gpu_samples_1m": ("ts", "rollup_1m_retention_days"),
     "gpu_samples_1h": ("ts", "rollup_1h_retention_days"),
 }

@@ -22,6 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
+	command -v promtool >/dev/null || { apt-get update -qq && apt-get install -y -qq prometheus; }
 	$(BIN)/python -m benchmarks
 
 lint: $(STAMP)

@@ -193,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     results["dcgm"] = bench_dcgm.run()
     results["nvml"] = bench_nvml.run(polls=100 if args.quick else 500)
     results["kubernetes"] = bench_kubernetes.run(1000 if args.quick else 5000)
+    # The ledger at scale: 30 days of 1,024 GPUs from raw and rollups, against polars on
+    # Parquet and Prometheus on a subset (long: it builds the data set; see bench_ledger.py).
+    from benchmarks import bench_ledger
+
+    results["ledger"] = bench_ledger.run("quick" if args.quick else "full")
     OUT.mkdir(exist_ok=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
     return 0

@@ -170,6 +170,7 @@ RETENTION = {
     "gpu_health": ("toDateTime(ts)", "raw_retention_days"),
     "gpu_samples_1m": ("ts", "rollup_1m_retention_days"),
     "gpu_samples_1h": ("ts", "rollup_1h_retention_days"),
+    "gpu_minutes_1h": ("ts", "rollup_1m_retention_days"),
 }
 _TTL_DAYS = re.compile(r"TTL .*?(?:INTERVAL (\d+) DAY|toIntervalDay\((\d+)\))")
 

@@ -8,6 +8,7 @@ gpuledger itself.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import http.server
 import json
@@ -221,6 +222,33 @@ def run_agent(
         )
 
 
+def slurm_job_enricher(directory: str, node: str) -> Callable[[Batch], Batch]:
+    """Label samples with the Slurm job the node's mapping files say holds each GPU
+    (re-read every batch: prolog and epilog scripts rewrite them as jobs come and go)."""
+    from collector.slurm_parse import enrich_job_ids, read_job_mapping
+
+    def enrich(batch: Batch) -> Batch:
+        if not len(batch.samples):
+            return batch
+        mapping = read_job_mapping(directory)
+        if not mapping:
+            return batch
+        samples = enrich_job_ids(batch.samples, mapping, node=node)
+        return dataclasses.replace(batch, samples=samples)
+
+    return enrich
+
+
 def make_pipeline(settings: Settings, sources: Sequence[Source], sink: Sink) -> Pipeline:
+    """The pipeline, with the enrichers the settings choose."""
     a = settings.agent
-    return Pipeline(sources, sink, Spool(a.spool_dir, a.spool_max_bytes), node=node_name(settings))
+    enrichers = []
+    if a.slurm_job_map_dir:
+        enrichers.append(slurm_job_enricher(a.slurm_job_map_dir, node_name(settings)))
+    return Pipeline(
+        sources,
+        sink,
+        Spool(a.spool_dir, a.spool_max_bytes),
+        enrichers=enrichers,
+        node=node_name(settings),
+    )

@@ -157,6 +157,9 @@ class AgentSettings:
     nvml: bool = True
     nvml_library: str = ""
     proc_root: str = "/proc"
+    #: The directory Slurm prolog scripts write GPU → job mapping files into (dcgm-exporter's
+    #: HPC job mapping); when set, samples without a job label get the job from it.
+    slurm_job_map_dir: str = ""
     spool_dir: str = "./gpuledger-spool"
     spool_max_bytes: int = 1 << 30
     status_host: str = "0.0.0.0"

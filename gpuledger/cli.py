@@ -31,6 +31,7 @@ from .commands import (
     cmd_fragmentation,
     cmd_import,
     cmd_ledger,
+    cmd_queues,
     cmd_serve,
     cmd_sql,
     cmd_why,
@@ -168,6 +169,15 @@ def _parser() -> argparse.ArgumentParser:
     for explained in (why_job, why_gpu, why_tenant):
         explained.add_argument("--at", help="ISO time to explain (default: now)")
 
+    queues = sub.add_parser(
+        "queues", parents=[common], help="wait times, failures and preemptions, lost GPU-hours"
+    )
+    queues.add_argument("--from", dest="date_from", required=True, help="first day, YYYY-MM-DD")
+    queues.add_argument("--to", dest="date_to", required=True, help="last day, YYYY-MM-DD")
+    queues.add_argument("--cluster", default="", help="the cluster (default: the only one)")
+    queues.add_argument("--by", default="tenant", help="tenant|queue|gpu_model (default tenant)")
+    queues.add_argument("--format", choices=("table", "json"), default="table")
+
     frag = sub.add_parser(
         "fragmentation", parents=[common], help="FGD fragmentation and stranded capacity"
     )
@@ -210,6 +220,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 COMMANDS = {
     "fragmentation": cmd_fragmentation,
+    "queues": cmd_queues,
     "why": cmd_why,
     "demo": cmd_demo,
     "ledger": cmd_ledger,

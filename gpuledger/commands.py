@@ -327,6 +327,38 @@ def _cluster(wh: Any, given: str) -> str:
     )
 
 
+def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
+    """Wait-time percentiles, failure and preemption rates with reasons, lost GPU-hours."""
+    from warehouse.analytics import queues
+
+    from .app import open_warehouse
+
+    start = _day(args.date_from, "--from")
+    end = _day(args.date_to, "--to") + dt.timedelta(days=1)
+    wh = open_warehouse(settings)
+    by = (args.by,)
+    try:
+        cluster = _cluster(wh, args.cluster)
+        waits = queues.wait_times(wh, cluster, start, end, by=by)
+        rates, reasons, lost = queues.failures(wh, cluster, start, end, by=by)
+    except ValueError as exc:  # QueueError
+        raise SettingsError(str(exc)) from None
+    frames = {
+        "wait_times": waits,
+        "outcomes": rates,
+        "top_reasons": reasons,
+        "lost_gpu_hours": lost,
+    }
+    if args.format == "json":
+        print(json.dumps({k: f.to_dicts() for k, f in frames.items()}, indent=1, default=str))
+        return 0
+    for title, frame in frames.items():
+        print(f"{title}:")
+        rows = [[f"{v:.3f}" if isinstance(v, float) else v for v in r] for r in frame.rows()]
+        sys.stdout.write(format_rows(frame.columns, rows, "table"))
+    return 0
+
+
 def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
     from warehouse.analytics.fragmentation import FragmentationError, fragmentation_at
 

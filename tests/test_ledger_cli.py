@@ -91,3 +91,7 @@ def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[
     assert sum(float(r["energy_cost"]) for r in energy["rows"]) == pytest.approx(
         float(energy["energy_cost"]), abs=0.001
     )
+    q = json.loads(run("queues", "--from", first, "--to", last, "--format", "json").stdout)
+    assert set(q) == {"wait_times", "outcomes", "top_reasons", "lost_gpu_hours"}
+    assert all(w["p50_s"] <= w["p90_s"] <= w["p99_s"] for w in q["wait_times"])
+    assert "wait_times:" in run("queues", "--from", first, "--to", last).stdout

@@ -26,12 +26,14 @@ afterwards), then prints one line per figure and returns them:
   ended pod's last sample alive (backfilled series carry no staleness markers).
 
 Figures go to ``benchmarks/out/ledger.json``. Run alone with
-``python -m benchmarks.bench_ledger --scale quick|full [--no-prometheus] [--no-polars]``.
+``python -m benchmarks.bench_ledger --scale quick|full [--no-prometheus] [--no-polars]
+[--no-ledger]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import functools
@@ -43,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -593,17 +596,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Prometheus:
-    """Our own Prometheus on loopback over ``tsdb`` (no scrape targets), stopped on exit."""
+class PrometheusKilled(RuntimeError):
+    """The server outgrew its memory allowance during a query and was stopped."""
 
-    def __init__(self, tsdb: Path, log: Path):
-        self.tsdb, self.log, self.port = tsdb, log, _free_port()
+
+class Prometheus:
+    """Our own Prometheus on loopback over ``tsdb`` (no scrape targets), stopped on exit.
+
+    A watchdog stops the server when its resident memory passes ``rss_limit`` bytes: the
+    machine is shared, and one PromQL subquery over weeks can take more than all of it.
+    """
+
+    def __init__(self, tsdb: Path, log: Path, rss_limit: int = 6 * 2**30):
+        self.tsdb, self.log, self.rss_limit = tsdb, log, rss_limit
+        self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
+        self.peak_rss = 0
+        self.killed = False
 
     def __enter__(self) -> Prometheus:
+        self.port = _free_port()
         config = self.tsdb.parent / "prometheus.yml"
         config.write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
-        with self.log.open("wb") as log:
+        with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
                     "prometheus",
@@ -617,6 +632,7 @@ class Prometheus:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+        self.killed = False
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
@@ -627,7 +643,7 @@ class Prometheus:
         raise RuntimeError(f"prometheus did not become ready: see {self.log}")
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=60)
@@ -641,6 +657,25 @@ class Prometheus:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def rss(self) -> int:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def _watch(self, done: threading.Event) -> None:
+        while not done.wait(0.05):
+            try:
+                rss = self.rss()
+            except (OSError, ValueError):
+                return
+            self.peak_rss = max(self.peak_rss, rss)
+            if rss > self.rss_limit and self.proc is not None:
+                self.killed = True
+                self.proc.kill()
+                return
+
     def query(self, promql: str, at: dt.datetime) -> list[dict[str, Any]]:
         """An instant query through the HTTP API; its result vector."""
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
@@ -652,20 +687,77 @@ class Prometheus:
             raise RuntimeError(f"PromQL {promql!r} failed: {doc}")
         return list(doc["data"]["result"])
 
+    def run(
+        self, queries: list[tuple[str, dt.datetime]], workers: int
+    ) -> tuple[list[list[dict[str, Any]]], float, float]:
+        """Send ``queries`` (``workers`` at a time): (results, wall s, server CPU s).
+
+        Raises :class:`PrometheusKilled` when the watchdog had to stop the server.
+        """
+        self.peak_rss = 0
+        done = threading.Event()
+        watchdog = threading.Thread(target=self._watch, args=(done,), daemon=True)
+        watchdog.start()
+        wall, cpu = time.perf_counter(), self.cpu_s()
+        try:
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                results = list(pool.map(lambda q: self.query(*q), queries))
+            return results, time.perf_counter() - wall, self.cpu_s() - cpu
+        except OSError as exc:
+            if self.killed:
+                raise PrometheusKilled(f"over {self.rss_limit / 2**30:.0f} GiB") from exc
+            raise
+        finally:
+            done.set()
+            watchdog.join()
+
 
 def _namespace_to_tenant(namespace: str) -> str:
     org, _, project = namespace.partition("-")
     return f"{org}/{project}"
 
 
-def promql_variants(window_s: int, step_s: int) -> dict[str, str]:
-    """Exact-as-PromQL-can-be forms of "idle allocated samples per namespace" over the window."""
+def promql_plans(cl: Cluster) -> dict[str, tuple[str, list[tuple[str, dt.datetime]], int]]:
+    """Ways to ask PromQL for idle allocated samples per namespace over the whole window.
+
+    Each is (description, [(query, evaluation time)], concurrent requests). The subquery's
+    steps fall on the samples' timestamps (both multiples of the step from the epoch), so each
+    sample is counted once, plus what the 5-minute lookback adds. A window cut into days gives
+    the same counts: each day's first steps still look back into the day before.
+    """
+    step = cl.step_s
     sel = f'{METRIC}{{pod!=""}}'
-    rng = f"[{window_s - step_s}s:{step_s}s]"
+
+    def count(span_s: int) -> str:
+        return f"sum by (namespace) (count_over_time(({sel} < 5)[{span_s - step}s:{step}s]))"
+
+    def bool_sum(span_s: int) -> str:
+        return f"sum by (namespace) (sum_over_time(({sel} < bool 5)[{span_s - step}s:{step}s]))"
+
+    def ends(span_s: int) -> list[dt.datetime]:
+        return [
+            cl.t0 + dt.timedelta(seconds=t - step) for t in range(span_s, cl.seconds + 1, span_s)
+        ]
+
+    day = 86_400
+    whole = cl.t1 - dt.timedelta(seconds=step)
     return {
-        "count_over_time": f"sum by (namespace) (count_over_time(({sel} < 5){rng}))",
-        "sum_over_time_bool": f"sum by (namespace) (sum_over_time(({sel} < bool 5){rng}))",
+        "daily_count_2_at_a_time": (count(day), [(count(day), t) for t in ends(day)], 2),
+        "daily_count_sequential": (count(day), [(count(day), t) for t in ends(day)], 1),
+        "daily_bool_sum_2_at_a_time": (bool_sum(day), [(bool_sum(day), t) for t in ends(day)], 2),
+        "one_query_whole_window": (count(cl.seconds), [(count(cl.seconds), whole)], 1),
     }
+
+
+def _sum_by_tenant(
+    results: list[list[dict[str, Any]]], hours_per_sample: float
+) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for result in results:
+        for r in result:
+            t = _namespace_to_tenant(r["metric"].get("namespace", ""))
+            out[t] = out.get(t, 0.0) + float(r["value"][1]) * hours_per_sample
+    return out
 
 
 def bench_prometheus(
@@ -725,33 +817,53 @@ def bench_prometheus(
     step = sc.prom_step_s
     at = cl.t1 - dt.timedelta(seconds=step)
     hours_per_sample = step / 3600
-    with Prometheus(tsdb, folder / "prometheus.log") as prom:
-        timings: dict[str, dict[str, float]] = {}
-        answer: dict[str, float] = {}
-        for name, promql in promql_variants(cl.seconds, step).items():
-            prom.query(promql, at)  # warm
-            walls, cpus = [], []
-            for _ in range(3 if name == "count_over_time" else 1):
-                w, c = time.perf_counter(), prom.cpu_s()
-                result = prom.query(promql, at)
-                walls.append(time.perf_counter() - w)
-                cpus.append(prom.cpu_s() - c)
+    timings: dict[str, dict[str, Any]] = {}
+    answers: dict[str, dict[str, float]] = {}
+    prom = Prometheus(tsdb, folder / "prometheus.log")
+    for name, (promql, queries, workers) in promql_plans(cl).items():
+        runs = 3 if name == "daily_count_2_at_a_time" else 1
+        walls, cpus = [], []
+        try:
+            with prom:
+                prom.run(queries, workers)  # warm
+                for _ in range(runs):
+                    results, wall, cpu = prom.run(queries, workers)
+                    walls.append(wall)
+                    cpus.append(cpu)
+        except PrometheusKilled as exc:
             timings[name] = {
-                "wall_s": round(statistics.median(walls), 3),
-                "cpu_s": round(statistics.median(cpus), 3),
-                "runs": len(walls),
+                "promql": promql,
+                "queries": len(queries),
+                "concurrent": workers,
+                "failed": f"stopped: resident memory {exc}",
             }
-            answer = {
-                _namespace_to_tenant(r["metric"].get("namespace", "")): float(r["value"][1])
-                * hours_per_sample
-                for r in result
-            }
-            print(
-                f"PromQL {name}: {timings[name]['wall_s']} s (server CPU "
-                f"{timings[name]['cpu_s']} s): {promql}",
-                flush=True,
-            )
-    fastest = min(timings, key=lambda n: timings[n]["wall_s"])
+            print(f"PromQL {name}: stopped, the server's memory went {exc} ({promql})", flush=True)
+            continue
+        answers[name] = _sum_by_tenant(results, hours_per_sample)
+        timings[name] = {
+            "promql": promql,
+            "queries": len(queries),
+            "concurrent": workers,
+            "runs": runs,
+            "wall_s": round(statistics.median(walls), 3),
+            "server_cpu_s": round(statistics.median(cpus), 3),
+            "peak_rss_bytes": prom.peak_rss,
+        }
+        print(
+            f"PromQL {name} ({len(queries)} quer{'y' if len(queries) == 1 else 'ies'}, "
+            f"{workers} at a time): {timings[name]['wall_s']} s (server CPU "
+            f"{timings[name]['server_cpu_s']} s, peak RSS {prom.peak_rss / 2**30:.1f} GiB): "
+            f"{promql}",
+            flush=True,
+        )
+    fastest = min(
+        (n for n in timings if "wall_s" in timings[n]), key=lambda n: timings[n]["wall_s"]
+    )
+    answer = answers[fastest]
+    agree = max(
+        max_diff({t: (v,) for t, v in a.items()}, {t: (v,) for t, v in answer.items()})
+        for a in answers.values()
+    )
 
     ours: dict[str, Any] = {}
     idle: dict[str, dict[str, float]] = {}
@@ -784,6 +896,7 @@ def bench_prometheus(
         {
             "promql": timings,
             "promql_fastest": fastest,
+            "promql_variants_max_abs_disagreement_gpu_hours": agree,
             "gpuledger": ours,
             "ratio_promql_over_gpuledger_rollup": round(
                 timings[fastest]["wall_s"] / ours["rollup"]["wall_s"], 1
@@ -912,6 +1025,7 @@ def machine() -> dict[str, Any]:
 def run(
     scale: str = "full",
     *,
+    ledger: bool = True,
     prometheus: bool = True,
     polars: bool = True,
     engine: Warehouse | None = None,
@@ -930,7 +1044,8 @@ def run(
         engine = connect(f"chdb://{work / 'engine'}", "default")
     results: dict[str, Any] = {"when": now.isoformat(), "scale": scale, "machine_before": machine()}
     try:
-        results["ledger"] = bench_gpuledger(engine, sc, now, work, polars)
+        if ledger:
+            results["ledger"] = bench_gpuledger(engine, sc, now, work, polars)
         if prometheus:
             results["prometheus"] = bench_prometheus(engine, sc, now, work)
     finally:
@@ -948,8 +1063,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", choices=sorted(SCALES), default="full")
     parser.add_argument("--no-prometheus", action="store_true", help="skip the PromQL part")
     parser.add_argument("--no-polars", action="store_true", help="skip the polars part")
+    parser.add_argument(
+        "--no-ledger", action="store_true", help="skip the main dataset (and polars)"
+    )
     args = parser.parse_args(argv)
-    run(args.scale, prometheus=not args.no_prometheus, polars=not args.no_polars)
+    run(
+        args.scale,
+        ledger=not args.no_ledger,
+        prometheus=not args.no_prometheus,
+        polars=not args.no_polars,
+    )
     return 0
 
 

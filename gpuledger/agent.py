@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import http.server
 import json
 import logging
@@ -23,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from collector.pipeline import HttpSink, Pipeline, Sink, Source, WarehouseSink
+from collector.pipeline import Enricher, HttpSink, Pipeline, Sink, Source, WarehouseSink
 from collector.records import Batch
 from collector.spool import Spool
 
@@ -153,6 +154,15 @@ class AgentMetrics(Collector):
             for target, count in getattr(source, "failures", {}).items():
                 failures.add_metric([target], count)
         yield failures
+        lookups = CounterMetricFamily(
+            "gpuledger_agent_enricher_errors",
+            "Failed look-ups per enricher (the kubelet's pod-resources API)",
+            labels=["enricher"],
+        )
+        for enricher in p.enrichers:
+            if (lookup_errors := getattr(enricher, "errors", None)) is not None:
+                lookups.add_metric([getattr(enricher, "name", "")], lookup_errors)
+        yield lookups
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -239,12 +249,33 @@ def slurm_job_enricher(directory: str, node: str) -> Callable[[Batch], Batch]:
     return enrich
 
 
+def pod_resources_enricher(settings: Settings, sources: Sequence[Source]) -> Enricher:
+    """Label samples with the pods the kubelet's pod-resources API says hold their GPUs; MIG
+    device UUIDs are resolved through the NVML source's backend, when there is one."""
+    from collector.podresources import PodResourcesClient, PodResourcesEnricher, nvml_mig_uuids
+
+    a = settings.agent
+    nvml = next((s for s in sources if isinstance(s, NvmlSource)), None)
+    mig_uuids = None
+    if nvml is not None:
+        backend = nvml.collector.backend
+        mig_uuids = functools.partial(nvml_mig_uuids, backend)
+    return PodResourcesEnricher(
+        PodResourcesClient(a.pod_resources_socket),
+        node=node_name(settings),
+        refresh_s=a.pod_resources_refresh_s,
+        mig_uuids=mig_uuids,
+    )
+
+
 def make_pipeline(settings: Settings, sources: Sequence[Source], sink: Sink) -> Pipeline:
     """The pipeline, with the enrichers the settings choose."""
     a = settings.agent
-    enrichers = []
+    enrichers: list[Enricher] = []
     if a.slurm_job_map_dir:
         enrichers.append(slurm_job_enricher(a.slurm_job_map_dir, node_name(settings)))
+    if a.pod_resources_socket:
+        enrichers.append(pod_resources_enricher(settings, sources))
     return Pipeline(
         sources,
         sink,

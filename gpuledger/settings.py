@@ -160,6 +160,12 @@ class AgentSettings:
     #: The directory Slurm prolog scripts write GPU → job mapping files into (dcgm-exporter's
     #: HPC job mapping); when set, samples without a job label get the job from it.
     slurm_job_map_dir: str = ""
+    #: The kubelet's pod-resources socket (/var/lib/kubelet/pod-resources/kubelet.sock); when
+    #: set, samples without a pod get the pod, namespace and container the kubelet assigned
+    #: their GPU or MIG instance to. Empty: off.
+    pod_resources_socket: str = ""
+    #: Ask the kubelet again at most this often, seconds.
+    pod_resources_refresh_s: float = 10.0
     spool_dir: str = "./gpuledger-spool"
     spool_max_bytes: int = 1 << 30
     status_host: str = "0.0.0.0"
@@ -180,6 +186,25 @@ class AgentSettings:
                 raise SettingsError(f"agent.dcgm_targets entry {target!r} is not an http(s) URL")
         if not 0 <= self.status_port < 65536:
             raise SettingsError(f"agent.status_port {self.status_port} is not a TCP port")
+        self._validate_pod_resources()
+
+    def _validate_pod_resources(self) -> None:
+        path = self.pod_resources_socket
+        if path and not os.path.isabs(path):
+            raise SettingsError(
+                f"agent.pod_resources_socket {path!r} must be the absolute path of the "
+                "kubelet's pod-resources socket (no unix:// prefix), e.g. "
+                "/var/lib/kubelet/pod-resources/kubelet.sock; empty turns pod labels off"
+            )
+        if len(path.encode()) > 107:
+            raise SettingsError(
+                f"agent.pod_resources_socket {path!r} is longer than a unix socket path may "
+                "be (107 bytes): mount the socket's directory at a shorter path"
+            )
+        if self.pod_resources_refresh_s <= 0:
+            raise SettingsError(
+                f"agent.pod_resources_refresh_s {self.pod_resources_refresh_s} must be positive"
+            )
 
     @property
     def targets(self) -> list[str]:

@@ -80,3 +80,32 @@ def test_missing_config_file(tmp_path: Path) -> None:
 def test_retention_order_is_checked() -> None:
     with pytest.raises(SettingsError, match="raw_retention_days must not exceed"):
         load_settings(env={"GPULEDGER_WAREHOUSE__RAW_RETENTION_DAYS": "400"})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "needle"),
+    [
+        ("pod_resources_socket", "kubelet.sock", "must be the absolute path"),
+        (
+            "pod_resources_socket",
+            "unix:///var/lib/kubelet/pod-resources/kubelet.sock",
+            "no unix://",
+        ),
+        ("pod_resources_socket", "/" + "d" * 120, "longer than a unix socket path"),
+        ("pod_resources_refresh_s", 0, "agent.pod_resources_refresh_s 0.0 must be positive"),
+        ("pod_resource_socket", "/x", "Did you mean 'pod_resources_socket'"),
+    ],
+)
+def test_pod_resources_settings_are_checked(key: str, value: object, needle: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(env={}, overrides={"agent": {key: value}})
+    assert needle in str(err.value)
+
+
+def test_pod_resources_socket_defaults_to_off() -> None:
+    s = load_settings(env={})
+    assert s.agent.pod_resources_socket == "" and s.agent.pod_resources_refresh_s == 10.0
+    s = load_settings(
+        env={"GPULEDGER_AGENT__POD_RESOURCES_SOCKET": "/var/lib/kubelet/pod-resources/kubelet.sock"}
+    )
+    assert s.agent.pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"

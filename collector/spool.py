@@ -5,10 +5,13 @@ batches are sent in the order they were taken, each under the id it was given wh
 made, so a batch that reached the warehouse before the connection broke (the reply was lost)
 is recognised there by its deduplication token and not written twice.
 
-A batch file is written to a temporary name, fsync'd, renamed, and the directory fsync'd:
-after a crash a batch is either whole or absent. When the spool is full a new batch is
-refused (the oldest data, from the start of the outage, is kept), counted in
-``dropped_batches`` and logged as a warning that says how to make room.
+A batch file is written to a temporary name, fsync'd, renamed, and the directory fsync'd
+(:func:`write_durably`): after a crash a batch is either whole or absent. Its name holds a
+sequence number and the batch id, percent-encoded so that the id read back is the id given.
+When the spool is full a new batch is refused (the oldest data, from the start of the outage,
+is kept), counted in ``dropped_batches`` and logged as a warning that says how to make room.
+
+The server's ingest spool (``gpuledger.coalesce``) keeps agents' batches in the same format.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import polars as pl
 
@@ -111,7 +115,11 @@ class SpooledBatch:
 
 
 class Spool:
-    """Batches on disk under ``directory``, at most ``max_bytes`` in all."""
+    """Batches on disk under ``directory``, at most ``max_bytes`` in all.
+
+    Thread-safe. The depth and the bytes used are counted in memory (read from the directory
+    once, at start), so a deep spool costs nothing per batch.
+    """
 
     def __init__(self, directory: str | os.PathLike[str], max_bytes: int = 1 << 30):
         self.directory = Path(directory)
@@ -121,8 +129,10 @@ class Spool:
         self._lock = threading.Lock()
         for stale in self.directory.glob("*.tmp"):  # a crash mid-write leaves only these
             stale.unlink()
-        existing = sorted(self.directory.glob("*.batch"))
+        existing = self._files()
         self._seq = int(existing[-1].name.split("-", 1)[0]) + 1 if existing else 0
+        self._depth = len(existing)
+        self._used = sum(p.stat().st_size for p in existing)
         self._warned_full = False
 
     def _files(self) -> list[Path]:
@@ -131,54 +141,66 @@ class Spool:
     @property
     def depth(self) -> int:
         """Batches waiting."""
-        return len(self._files())
+        return self._depth
 
     @property
     def size_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self._files())
+        return self._used
 
     def put(self, batch: Batch, batch_id: str) -> bool:
         """Keep ``batch`` until it is acknowledged; False (and a warning) when the spool is full."""
         data = dump_batch(batch)
+        if self.put_bytes(data, batch_id) is not None:
+            return True
+        self.dropped_batches += 1
+        log.warning(
+            "spool %s is full (%d of %d bytes): batch %s (%d rows) is NOT kept; %d "
+            "batch(es) dropped so far. Bring the warehouse back, or raise the agent's "
+            "spool size",
+            self.directory,
+            self.size_bytes,
+            self.max_bytes,
+            batch_id,
+            len(batch),
+            self.dropped_batches,
+        )
+        return False
+
+    def put_bytes(self, data: bytes, batch_id: str) -> SpooledBatch | None:
+        """Keep a batch already serialised by :func:`dump_batch`; None when the spool is full.
+
+        Durable when it returns: the file and the directory are fsync'd. Concurrent callers
+        fsync in parallel; only the reservation of a name and of the space is serialised.
+        """
         with self._lock:
-            used = self.size_bytes
-            if used + len(data) > self.max_bytes:
-                self.dropped_batches += 1
-                log.warning(
-                    "spool %s is full (%d of %d bytes): batch %s (%d rows) is NOT kept; %d "
-                    "batch(es) dropped so far. Bring the warehouse back, or raise the agent's "
-                    "spool size",
-                    self.directory,
-                    used,
-                    self.max_bytes,
-                    batch_id,
-                    len(batch),
-                    self.dropped_batches,
-                )
-                return False
-            if not self._warned_full and used + len(data) > 0.8 * self.max_bytes:
+            if self._used + len(data) > self.max_bytes:
+                return None
+            self._used += len(data)
+            self._depth += 1
+            if not self._warned_full and self._used > 0.8 * self.max_bytes:
                 self._warned_full = True
                 log.warning(
                     "spool %s is over 80%% full (%d of %d bytes)",
                     self.directory,
-                    used + len(data),
+                    self._used,
                     self.max_bytes,
                 )
-            name = f"{self._seq:012d}-{_safe(batch_id)}"
+            name = f"{self._seq:012d}-{_encode_id(batch_id)}.batch"
             self._seq += 1
-            tmp = self.directory / f"{name}.tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.directory / f"{name}.batch")
-            _fsync_dir(self.directory)
-        return True
+        path = self.directory / name
+        try:
+            write_durably(path, data)
+        except BaseException:
+            with self._lock:
+                self._used -= len(data)
+                self._depth -= 1
+            raise
+        return SpooledBatch(path, batch_id)
 
     def pending(self) -> Iterator[SpooledBatch]:
         """The waiting batches, oldest first."""
         for path in self._files():
-            yield SpooledBatch(path, path.stem.split("-", 1)[1])
+            yield SpooledBatch(path, _decode_id(path.stem.split("-", 1)[1]))
 
     def set_aside(self, batch: Batch, batch_id: str, reason: str) -> Path:
         """Keep a batch the sink refused in ``rejected/`` with the reason, for an operator."""
@@ -192,11 +214,53 @@ class Spool:
 
     def ack(self, item: SpooledBatch) -> None:
         """The batch reached the warehouse: forget it."""
+        self.forget([item])
+
+    def forget(self, items: Iterable[SpooledBatch]) -> None:
+        """Remove several acknowledged batches with one directory fsync."""
         with self._lock:
-            item.path.unlink(missing_ok=True)
+            for item in items:
+                try:
+                    size = item.path.stat().st_size
+                    item.path.unlink()
+                except FileNotFoundError:
+                    continue
+                self._used -= size
+                self._depth -= 1
             _fsync_dir(self.directory)
-            if self.size_bytes < 0.8 * self.max_bytes:
+            if self._used < 0.8 * self.max_bytes:
                 self._warned_full = False
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that after a crash the file is whole or absent: a
+    temporary name, fsync, rename, then the directory fsync'd."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+#: The longest encoded batch id a spool file name holds whole (longer ones are cut).
+MAX_ENCODED_ID_CHARS = 200
+
+
+def _encode_id(batch_id: str) -> str:
+    """The batch id as a file-name part that decodes back to it (percent-encoding); names
+    written before this encoding (other characters replaced by ``_``) decode unchanged."""
+    return quote(batch_id, safe="_.:")[:MAX_ENCODED_ID_CHARS]
+
+
+def id_fits(batch_id: str) -> bool:
+    """Whether a spool file name keeps ``batch_id`` whole (it reads back as given)."""
+    return 0 < len(quote(batch_id, safe="_.:")) <= MAX_ENCODED_ID_CHARS
+
+
+def _decode_id(part: str) -> str:
+    return unquote(part)
 
 
 def _safe(batch_id: str) -> str:

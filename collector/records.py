@@ -172,7 +172,11 @@ class TenantRule(NamedTuple):
 
 
 class Quota(NamedTuple):
-    """A tenant's GPU quota in a pool for a GPU model, effective from ``effective_from``."""
+    """A tenant's GPU quota in a pool for a GPU model, effective from ``effective_from``.
+
+    A row for a named ``cluster`` wins there over the cluster-wide row ("") of the same tenant,
+    pool and model, whatever their dates.
+    """
 
     effective_from: dt.datetime
     tenant: str
@@ -181,6 +185,7 @@ class Quota(NamedTuple):
     guaranteed_gpus: float
     borrow_limit_gpus: float | None = None  # None: may borrow without limit
     lend_limit_gpus: float | None = None  # None: may lend all unused guarantee
+    cluster: str = ""  # "" applies in every cluster without its own row for tenant, pool, model
 
 
 class Price(NamedTuple):

@@ -129,7 +129,15 @@ class Simulator:
         specs = {t.tenant: t for t in cfg.tenants}
         models = {p.name: p.model.name for p in cfg.pools}
         quotas = tuple(
-            Quota(since, tenant, pool, models[pool], guaranteed, specs[tenant].borrow_limit_gpus)
+            Quota(
+                since,
+                tenant,
+                pool,
+                models[pool],
+                guaranteed,
+                specs[tenant].borrow_limit_gpus,
+                cluster=cfg.cluster,
+            )
             for (tenant, pool), guaranteed in sorted(Engine.guarantees(cfg).items())
         )
         seen: dict[str, GpuModelSpec] = {p.model.name: p.model for p in cfg.pools}

@@ -310,6 +310,26 @@ def test_tenant_over_its_limit_and_tenant_within_guarantee(cluster: Warehouse) -
         ex.why_tenant(cluster, "c1", "nobody/here", T)
 
 
+def test_quotas_apply_per_cluster(cluster: Warehouse) -> None:
+    """A quota for another cluster changes nothing in c1; one for c1 itself wins over the
+    cluster-wide rows ('') of the same tenant, pool and model even when it is older."""
+    ing = Ingestor(cluster, 35, now=lambda: T + 20 * MIN)
+    ing.write_config(quotas=[Quota(T - 30 * D, "ml/vision", "train", "H100", 50.0, 0.0,
+                                   cluster="c2")])
+    assert _codes(ex.why_job(cluster, "c1", "vis-early", T))[0] == "over_quota"
+    assert ex.why_tenant(cluster, "c1", "ml/vision", T).facts["pools"][0][
+        "guaranteed_gpus"] == 4.0
+    assert ex.why_tenant(cluster, "c2", "ml/vision", T).facts["pools"][0][
+        "guaranteed_gpus"] == 50.0
+    ing.write_config(quotas=[Quota(T - 40 * D, "ml/vision", "train", "H100", 10.0, 0.0,
+                                   cluster="c1")])
+    assert "over_quota" not in _codes(ex.why_job(cluster, "c1", "vis-early", T))  # 7 <= 10
+    assert ex.why_tenant(cluster, "c1", "ml/vision", T).facts["pools"][0][
+        "guaranteed_gpus"] == 10.0
+    # the other tenants still read their cluster-wide rows
+    assert ex.why_tenant(cluster, "c1", "ml/nlp", T).state == "borrowing"
+
+
 def test_explanations_render_as_json(cluster: Warehouse) -> None:
     data = json.loads(ex.why_job(cluster, "c1", "vis-wait2", T).to_json())
     assert data["state"] == "waiting" and data["at"] == T.isoformat()

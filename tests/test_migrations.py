@@ -41,7 +41,8 @@ def test_migrations_are_numbered_one_statement_each() -> None:
     assert [m.version for m in migrations] == list(range(len(migrations)))
     for m in migrations:
         body = "\n".join(ln for ln in m.sql.splitlines() if not ln.lstrip().startswith("--"))
-        assert body.count("CREATE ") == 1, m.name
+        assert body.count("CREATE ") + body.count("ALTER TABLE ") == 1, m.name
+        assert ";" not in body.strip().rstrip(";"), m.name
 
 
 def test_fresh_database_gets_every_table(wh: Warehouse) -> None:
@@ -110,6 +111,34 @@ def test_cluster_rendering_is_replicated_behind_distributed() -> None:
     single = render(by_name["gpu_samples"], RenderOptions(database="gl"))
     assert len(single) == 1 and "ON CLUSTER" not in single[0] and "Replicated" not in single[0]
     assert "${" not in "".join(render(m, opts)[0] for m in load_migrations())
+
+
+def test_alter_on_a_cluster_recreates_the_distributed_table() -> None:
+    by_name = {m.name: m for m in load_migrations()}
+    alter = render(by_name["quotas_cluster"], RenderOptions(database="gl", cluster="prod"))
+    assert "ALTER TABLE gl.quotas_local ON CLUSTER prod\n    ADD COLUMN" in alter[0]
+    assert alter[1] == "DROP TABLE IF EXISTS gl.quotas ON CLUSTER prod SYNC"
+    assert "Distributed(prod, gl, quotas_local" in alter[2]
+    (single,) = render(by_name["quotas_cluster"], RenderOptions(database="gl"))
+    assert "ALTER TABLE gl.quotas \n" in single and "ON CLUSTER" not in single
+
+
+def test_quotas_written_before_the_cluster_column_read_as_every_cluster(wh: Warehouse) -> None:
+    """An old database (quotas without cluster) keeps its rows through migration 29."""
+    by_name = {m.name: m for m in load_migrations()}
+    wh.command("DROP TABLE {db:Identifier}.quotas SYNC", {"db": wh.database})
+    for statement in render(by_name["quotas"], RenderOptions(database=wh.database)):
+        wh.command(statement)  # the table as migration 19 made it
+    wh.command(
+        "INSERT INTO {db:Identifier}.quotas (effective_from, tenant, pool, gpu_model, "
+        "guaranteed_gpus, updated_at) VALUES (now64(3), 'a/b', 'p', 'H100', 3, now64(3))",
+        {"db": wh.database},
+    )
+    for statement in render(by_name["quotas_cluster"], RenderOptions(database=wh.database)):
+        wh.command(statement)
+    assert wh.rows(
+        "SELECT tenant, cluster, guaranteed_gpus FROM {db:Identifier}.quotas", {"db": wh.database}
+    ) == [("a/b", "", 3.0)]
 
 
 def test_retention_is_rendered_from_settings() -> None:

@@ -10,6 +10,8 @@ Each ``migrations/NNNN_name.sql`` file holds one statement (one table or view). 
 
 On a cluster every ``CREATE TABLE ... ${local}`` is followed by a ``Distributed`` table with the
 plain name over the local ones, so readers and writers use the same names in both deployments.
+An ``ALTER TABLE ${db}.name${local}`` changes the local tables; the ``Distributed`` table over
+them (which holds no data) is then dropped and created again, so it takes the new columns.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .client import Warehouse, WarehouseError
 
 _PLACEHOLDER = re.compile(r"\$\{(\w+)(?::([A-Za-z]+)(?:\((.*?)\))?)?\}")
 _TABLE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+\$\{db\}\.(\w+)\$\{local\}", re.I)
+_ALTER = re.compile(r"ALTER\s+TABLE\s+\$\{db\}\.(\w+)\$\{local\}", re.I)
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
@@ -62,9 +65,10 @@ def load_migrations() -> list[Migration]:
 
 
 def render(migration: Migration, opts: RenderOptions) -> list[str]:
-    """The statements that apply ``migration`` under ``opts`` (one, or two on a cluster)."""
+    """The statements that apply ``migration`` under ``opts`` (one; more on a cluster)."""
     table_match = _TABLE.search(migration.sql)
-    table = table_match[1] if table_match else migration.name
+    alter_match = _ALTER.search(migration.sql)
+    table = table_match[1] if table_match else alter_match[1] if alter_match else migration.name
     local = "_local" if opts.cluster else ""
     values = {
         "db": opts.database,
@@ -91,7 +95,11 @@ def render(migration: Migration, opts: RenderOptions) -> list[str]:
 
     statement = _PLACEHOLDER.sub(substitute, migration.sql).strip().rstrip(";")
     statements = [statement]
-    if opts.cluster and table_match:
+    if opts.cluster and alter_match:
+        statements.append(
+            f"DROP TABLE IF EXISTS {opts.database}.{table} ON CLUSTER {opts.cluster} SYNC"
+        )
+    if opts.cluster and (table_match or alter_match):
         statements.append(
             f"CREATE TABLE IF NOT EXISTS {opts.database}.{table} ON CLUSTER {opts.cluster} "
             f"AS {opts.database}.{table}{local} "

@@ -172,7 +172,7 @@ def why_job(wh: Warehouse, cluster: str, job_id: str, at: dt.datetime | None = N
                            f"{_when(job['started_ts'])} ({_ago(job['started_ts'], at)}) on "
                            f"node {job['node'] or '?'} ({gpus})", (), facts)
     allocs = _open_allocations(wh, cluster, at)
-    quotas = queries.run(wh, "why_quotas_at", at=at)
+    quotas = queries.run(wh, "why_quotas_at", cluster=cluster, at=at)
     free = free_state(wh, cluster, at)
     facts["free_gpus_by_model"] = {r["gpu_model"]: r["free"] for r in free.group_by("gpu_model")
                                    .agg(pl.col("free").sum()).sort("gpu_model").iter_rows(
@@ -469,7 +469,7 @@ def why_tenant(wh: Warehouse, cluster: str, tenant: str, at: dt.datetime | None 
     unused guarantee it borrows (with their waiting jobs).
     """
     at = _at(at)
-    quotas = queries.run(wh, "why_quotas_at", at=at)
+    quotas = queries.run(wh, "why_quotas_at", cluster=cluster, at=at)
     allocs = _open_allocations(wh, cluster, at, util_window_s=util_window_s)
     mine = allocs.filter(pl.col("tenant") == tenant)
     own = quotas.filter(pl.col("tenant") == tenant)

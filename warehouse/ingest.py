@@ -12,10 +12,15 @@ and the rollups would then disagree with the raw data. GPU processes and GPU hea
 tables with the same TTL (and no rollups); their old rows are refused the same way, with the
 same reason, so that no row is dropped silently at insert. The per-record checks are in
 :mod:`warehouse.checks`.
+
+:meth:`Ingestor.write_group` writes several batches with one insert per table (the server
+coalesces agents' batches that way); rows, quarantine and allocations come out as if each
+batch had been written alone.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import datetime as dt
 import decimal
@@ -62,7 +67,7 @@ from .checks import (
     check_tenant,
     too_old_reason,
 )
-from .client import Warehouse
+from .client import Warehouse, WarehouseError
 
 _RATIO_FIELDS = ("gpu_util_ratio", "gr_engine_active_ratio", "mem_util_ratio")
 _NONNEG_FLOAT_FIELDS = ("power_watts",)
@@ -81,6 +86,18 @@ _LABEL_FIELDS = (
     "source",
 )
 _REQUIRED_FIELDS = ("cluster", "node", "gpu_uuid")
+_QUARANTINE_COLUMNS = (
+    "received_at",
+    "source",
+    "kind",
+    "batch_id",
+    "field",
+    "value",
+    "reason",
+    "payload",
+)
+Rejects = list[tuple[str, str, str, str]]  # (field, value, reason, payload)
+Check = Callable[[Any], tuple[str, str, str] | None]
 
 
 @dataclasses.dataclass
@@ -146,6 +163,11 @@ class Ingestor:
                 "ORDER BY position",
                 {"db": self.wh.database, "t": table},
             )
+            if not rows:
+                raise WarehouseError(
+                    f"table {self.wh.database}.{table} does not exist: run `gpuledger db "
+                    "migrate` (or check warehouse.database)"
+                )
             self._types[table] = dict(rows)
         return self._types[table]
 
@@ -168,14 +190,8 @@ class Ingestor:
         source: str = "",
     ) -> None:
         """Keep rejected input: ``rejects`` holds (field, value, reason, payload) tuples."""
-        now = self.now()
-        rows = [(now, source, kind, batch_id, f, v[:1000], r, p) for f, v, r, p in rejects]
-        self._insert(
-            "quarantine",
-            ("received_at", "source", "kind", "batch_id", "field", "value", "reason", "payload"),
-            rows,
-            f"{batch_id}:quarantine:{kind}",
-        )
+        rows = _quarantine_rows(self.now(), kind, batch_id, source, rejects)
+        self._insert("quarantine", _QUARANTINE_COLUMNS, rows, f"{batch_id}:quarantine:{kind}")
 
     # -- samples ------------------------------------------------------------------------------
     def write_samples(
@@ -221,13 +237,7 @@ class Ingestor:
             return result
         if batch_id is None:
             batch_id = content_id(repr(list(records)).encode())
-        good, rejects = [], []
-        for record in records:
-            problem = check(record)
-            if problem is None:
-                good.append(row(record))
-            else:
-                rejects.append((*problem, _payload(record)))
+        good, rejects = _split_records(records, check, row)
         self._insert(table, columns, good, f"{batch_id}:{table}")
         result.written[table] += len(good)
         if rejects:
@@ -235,31 +245,32 @@ class Ingestor:
             result.quarantined.update(r[2] for r in rejects)
         return result
 
+    def _checks(self, now: dt.datetime) -> dict[str, Check]:
+        """The check of each record kind (by Batch field), against the clock ``now``."""
+        processes = RawWindow(now, self.raw_retention, "gpu_processes")
+        health = RawWindow(now, self.raw_retention, "gpu_health")
+        return {
+            "nodes": check_node,
+            "gpus": check_gpu,
+            "processes": lambda r: check_process(r, processes),
+            "health": lambda r: check_health(r, health),
+            "job_events": check_event,
+        }
+
+    def _write_kind(self, attr: str, records: Sequence[Any], batch_id: str | None) -> IngestResult:
+        _attr, _suffix, kind, table, columns, row = _RECORD_KINDS[attr]
+        check = self._checks(self.now())[attr]
+        return self._write_records(kind, table, records, check, row, columns, batch_id)
+
     def write_gpus(
         self, records: Sequence[GpuInventory], batch_id: str | None = None
     ) -> IngestResult:
-        return self._write_records(
-            "gpu_inventory",
-            "gpu_inventory_log",
-            records,
-            check_gpu,
-            tuple,
-            GpuInventory._fields,
-            batch_id,
-        )
+        return self._write_kind("gpus", records, batch_id)
 
     def write_nodes(
         self, records: Sequence[NodeInventory], batch_id: str | None = None
     ) -> IngestResult:
-        return self._write_records(
-            "node_inventory",
-            "node_inventory_log",
-            records,
-            check_node,
-            tuple,
-            NodeInventory._fields,
-            batch_id,
-        )
+        return self._write_kind("nodes", records, batch_id)
 
     def write_job_events(
         self, records: Sequence[JobEvent], batch_id: str | None = None
@@ -269,47 +280,30 @@ class Ingestor:
         The intervals are computed in SQL from all of a job's events (``derive_allocations``),
         so events that arrive late, out of order or twice give the same intervals.
         """
-        result = self._write_records(
-            "job_event", "job_events", records, check_event, _event_row, JobEvent._fields, batch_id
-        )
-        jobs = sorted({(e.cluster, e.job_id) for e in records if check_event(e) is None})
+        result = self._write_kind("job_events", records, batch_id)
+        self._derive_allocations(records)
+        return result
+
+    def _derive_allocations(self, events: Iterable[JobEvent]) -> None:
+        jobs = sorted({(e.cluster, e.job_id) for e in events if check_event(e) is None})
         for start in range(0, len(jobs), 5000):
             self.wh.command(
                 queries.sql("derive_allocations"),
                 {"db": self.wh.database, "jobs": jobs[start : start + 5000]},
             )
-        return result
 
     def write_processes(
         self, records: Sequence[GpuProcess], batch_id: str | None = None
     ) -> IngestResult:
         """Validate and insert the compute processes seen on each GPU into ``gpu_processes``."""
-        window = RawWindow(self.now(), self.raw_retention, "gpu_processes")
-        return self._write_records(
-            "gpu_process",
-            "gpu_processes",
-            records,
-            lambda r: check_process(r, window),
-            tuple,
-            GpuProcess._fields,
-            batch_id,
-        )
+        return self._write_kind("processes", records, batch_id)
 
     def write_health(
         self, records: Sequence[GpuHealth], batch_id: str | None = None
     ) -> IngestResult:
         """Validate and insert GPU health counters (throttling, ECC, remapping) into
         ``gpu_health``."""
-        window = RawWindow(self.now(), self.raw_retention, "gpu_health")
-        return self._write_records(
-            "gpu_health",
-            "gpu_health",
-            records,
-            lambda r: check_health(r, window),
-            tuple,
-            GpuHealth._fields,
-            batch_id,
-        )
+        return self._write_kind("health", records, batch_id)
 
     # -- configuration ------------------------------------------------------------------------
     def write_config(
@@ -366,15 +360,140 @@ class Ingestor:
         """Quarantine what a source could not parse (see ``collector.records.Reject``)."""
         batch_id = batch_id or content_id(repr(list(rejects)).encode())
         result = IngestResult()
-        by_kind: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
-        for r in rejects:
-            by_kind.setdefault((r.kind, r.source), []).append(
-                (r.field, r.value, r.reason, r.payload[:65536])
-            )
-        for (kind, source), rows in by_kind.items():
+        for (kind, source), rows in _rejects_by_source(rejects).items():
             self.quarantine(kind, f"{batch_id}:{source}", rows, source=source)
             result.quarantined.update(row[2] for row in rows)
         return result
+
+    # -- several batches, one insert per table ------------------------------------------------
+    def write_group(self, members: Sequence[tuple[str, Batch]], token: str) -> IngestResult:
+        """Write several batches (``(batch id, batch)`` pairs) with one insert per table.
+
+        Every insert carries a deduplication token derived from ``token``, so writing the same
+        group again writes nothing twice. What is written and quarantined is what
+        :meth:`write` would write for each batch alone: a reject keeps the id of the batch it
+        came in (with the same suffix), and job events re-derive the allocations of every job
+        they touch. Tables are written in :meth:`write`'s order; quarantine comes last.
+        """
+        now = self.now()
+        result = IngestResult()
+        held: list[tuple[Any, ...]] = []
+
+        def keep(kind: str, batch_id: str, source: str, rejects: Rejects) -> None:
+            held.extend(_quarantine_rows(now, kind, batch_id, source, rejects))
+            result.quarantined.update(r[2] for r in rejects)
+
+        checks = self._checks(now)
+        for attr, suffix, kind, table, columns, row in _RECORD_KINDS.values():
+            good: list[Sequence[Any]] = []
+            for member, batch in members:
+                rows, rejects = _split_records(getattr(batch, attr), checks[attr], row)
+                good.extend(rows)
+                if rejects:
+                    keep(kind, f"{member}:{suffix}", "", rejects)
+            self._insert(table, columns, good, f"{token}:{table}")
+            if good:
+                result.written[table] += len(good)
+            if attr == "job_events":
+                self._derive_allocations(e for _m, b in members for e in b.job_events)
+        samples = self._group_samples(members, now, keep)
+        if samples.height:
+            self.wh.insert_arrow(
+                "gpu_samples", samples.to_arrow(), settings=_dedup(f"{token}:gpu_samples")
+            )
+            result.written["gpu_samples"] += samples.height
+        for member, batch in members:
+            for (kind, source), unparsed in _rejects_by_source(batch.rejects).items():
+                keep(kind, f"{member}:rejects:{source}", source, unparsed)
+        self._insert("quarantine", _QUARANTINE_COLUMNS, held, f"{token}:quarantine")
+        return result
+
+    def _group_samples(
+        self,
+        members: Sequence[tuple[str, Batch]],
+        now: dt.datetime,
+        keep: Callable[[str, str, str, Rejects], None],
+    ) -> pl.DataFrame:
+        """The valid samples of all ``members`` in one frame (validated once, together);
+        rejects go to ``keep`` under the id of the batch they came in."""
+        frames: list[pl.DataFrame] = []
+        owners: list[tuple[str, str]] = []
+        ends: list[int] = []
+        for member, batch in members:
+            if not len(batch.samples):
+                continue
+            frame, rejects = _coerce_samples(batch.samples)
+            source = str(frame["source"][0]) if frame.height else ""
+            if rejects:
+                keep("gpu_sample", f"{member}:samples", source, rejects)
+            if frame.height:
+                frames.append(frame)
+                owners.append((f"{member}:samples", source))
+                ends.append((ends[-1] if ends else 0) + frame.height)
+        if not frames:
+            return pl.DataFrame(schema=SAMPLE_SCHEMA)
+        frame = pl.concat(frames)
+        bad, rejects = _sample_problems(frame, now, self.raw_retention)
+        if bad is None:
+            return frame
+        for index, reject in zip(bad.arg_true().to_list(), rejects, strict=True):
+            batch_id, source = owners[bisect.bisect_right(ends, index)]
+            keep("gpu_sample", batch_id, source, [reject])
+        return frame.filter(~bad)
+
+
+def _event_row(e: JobEvent) -> tuple[Any, ...]:
+    return (*e[:-5], list(e.gpu_uuids), list(e.mig_instances), e.started_at, e.reason, e.source)
+
+
+#: The record kinds of a Batch, in the order :meth:`Ingestor.write` writes them:
+#: Batch field → (field, batch-id suffix, quarantine kind, table, columns, row builder).
+_RECORD_KINDS: dict[str, tuple[str, str, str, str, Sequence[str], Callable[[Any], Any]]] = {
+    k[0]: k
+    for k in (
+        ("nodes", "nodes", "node_inventory", "node_inventory_log", NodeInventory._fields, tuple),
+        ("gpus", "gpus", "gpu_inventory", "gpu_inventory_log", GpuInventory._fields, tuple),
+        ("processes", "processes", "gpu_process", "gpu_processes", GpuProcess._fields, tuple),
+        ("health", "health", "gpu_health", "gpu_health", GpuHealth._fields, tuple),
+        ("job_events", "events", "job_event", "job_events", JobEvent._fields, _event_row),
+    )
+}
+
+
+def _split_records(
+    records: Sequence[Any],
+    check: Callable[[Any], tuple[str, str, str] | None],
+    row: Callable[[Any], Sequence[Any]],
+) -> tuple[list[Sequence[Any]], Rejects]:
+    """(the rows of the valid records, the rejects of the others)."""
+    good: list[Sequence[Any]] = []
+    rejects: Rejects = []
+    for record in records:
+        problem = check(record)
+        if problem is None:
+            good.append(row(record))
+        else:
+            rejects.append((*problem, _payload(record)))
+    return good, rejects
+
+
+def _rejects_by_source(rejects: Sequence[Reject]) -> dict[tuple[str, str], Rejects]:
+    by_kind: dict[tuple[str, str], Rejects] = {}
+    for r in rejects:
+        by_kind.setdefault((r.kind, r.source), []).append(
+            (r.field, r.value, r.reason, r.payload[:65536])
+        )
+    return by_kind
+
+
+def _quarantine_rows(
+    now: dt.datetime,
+    kind: str,
+    batch_id: str,
+    source: str,
+    rejects: Sequence[tuple[str, str, str, str]],
+) -> list[tuple[Any, ...]]:
+    return [(now, source, kind, batch_id, f, v[:1000], r, p) for f, v, r, p in rejects]
 
 
 def _dedup(token: str) -> dict[str, Any]:
@@ -457,6 +576,14 @@ def _validate_samples(
     frame: pl.DataFrame, now: dt.datetime, retention: dt.timedelta
 ) -> tuple[pl.DataFrame, list[tuple[str, str, str, str]]]:
     """Split ``frame`` into valid rows and rejects (field, value, reason, payload)."""
+    bad, rejects = _sample_problems(frame, now, retention)
+    return (frame if bad is None else frame.filter(~bad)), rejects
+
+
+def _sample_problems(
+    frame: pl.DataFrame, now: dt.datetime, retention: dt.timedelta
+) -> tuple[pl.Series | None, Rejects]:
+    """(a mask of the invalid rows, or None when all are valid; their rejects in row order)."""
     oldest = now - retention
     newest = now + MAX_FUTURE_SKEW
     checks: list[tuple[str, pl.Expr, str]] = [
@@ -511,7 +638,7 @@ def _validate_samples(
     )
     any_bad = flags.select(pl.any_horizontal(pl.all()).alias("bad"))["bad"]
     if not any_bad.any():
-        return frame, []
+        return None, []
     rejects = []
     bad_rows = frame.filter(any_bad)
     bad_flags = flags.filter(any_bad)
@@ -519,11 +646,7 @@ def _validate_samples(
         first = next(i for i, f in enumerate(flag_row) if f)
         field, _, reason = checks[first]
         rejects.append((field, str(row[field]), reason, _payload(row)))
-    return frame.filter(~any_bad), rejects
-
-
-def _event_row(e: JobEvent) -> tuple[Any, ...]:
-    return (*e[:-5], list(e.gpu_uuids), list(e.mig_instances), e.started_at, e.reason, e.source)
+    return any_bad, rejects
 
 
 def _config_row(r: Any) -> tuple[Any, ...]:

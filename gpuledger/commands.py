@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from .collect_commands import start_embedded_collectors
@@ -77,30 +78,49 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     scheduler = start_live(run, settings.simulator.interval_s)
     try:
-        return _serve(wh, settings, run.ingestor)
+        return _serve(wh, settings)
     finally:
         scheduler.shutdown(wait=True)
         wh.close()
 
 
-def _serve(wh: Any, settings: Settings, ingestor: Any) -> int:
+def _serve(wh: Any, settings: Settings) -> int:
     """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
     from dashboards.app import create_app
 
+    from .coalesce import CoalesceError, Coalescer
     from .server import register
 
+    s = settings.server
+    spool_dir = s.spool_dir or str(Path(settings.warehouse.data_dir).expanduser() / "ingest-spool")
+    try:
+        coalescer = Coalescer(
+            wh,
+            settings.warehouse.raw_retention_days,
+            spool_dir,
+            max_rows=s.coalesce_max_rows,
+            max_ms=s.coalesce_max_ms,
+            max_bytes=s.spool_max_bytes,
+            dedup_window_s=s.dedup_window_s,
+        )
+    except CoalesceError as exc:
+        raise SettingsError(f"server.spool_dir: {exc}") from None
     app = create_app(wh, settings)
-    register(app.server, wh, ingestor)
+    register(app.server, wh, coalescer)
+    coalescer.start()
     signal.signal(signal.SIGTERM, _terminate)
-    url = f"http://{settings.server.host}:{settings.server.port}"
+    url = f"http://{s.host}:{s.port}"
     print(
         f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
-        f"{settings.warehouse.resolved_dsn})",
+        f"{settings.warehouse.resolved_dsn}; agents' batches wait in {spool_dir})",
         flush=True,
     )
     # Threaded, never forking: the embedded engine must not be forked once opened.
-    with contextlib.suppress(SystemExit):
-        app.run(host=settings.server.host, port=settings.server.port, debug=False, threaded=True)
+    try:
+        with contextlib.suppress(SystemExit):
+            app.run(host=s.host, port=s.port, debug=False, threaded=True)
+    finally:
+        coalescer.stop(timeout_s=30)
     return 0
 
 
@@ -126,7 +146,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         wh.close()
         raise SettingsError(f"server.collectors: {exc}") from None
     try:
-        return _serve(wh, settings, ingestor)
+        return _serve(wh, settings)
     finally:
         stop.set()
         for thread in threads:

@@ -1,9 +1,13 @@
 """HTTP endpoints of the gpuledger server process, beside the dashboard.
 
 - ``POST /api/v1/ingest`` — a batch from an agent (``collector.spool.dump_batch`` bytes, the
-  batch id in ``X-Batch-Id``), written through the same ``Ingestor`` as everything else. The
-  id becomes the deduplication token, so an agent that re-sends after a lost reply writes once.
-- ``GET /healthz`` — 200 when the warehouse answers, 503 otherwise.
+  batch id in ``X-Batch-Id``). It is kept in the server's write-ahead spool (fsync'd) and
+  answered 202; a flusher thread writes many batches at a time, exactly once
+  (:mod:`gpuledger.coalesce`). An id already accepted is answered 200 ``"duplicate"``, so an
+  agent that re-sends after a lost reply writes once. A full spool answers 503 with
+  ``Retry-After``: the agent keeps the batch in its own spool and sends it again later.
+- ``GET /healthz`` — 200 when the warehouse answers and the last group was written, 503
+  otherwise; the body shows the spool's depth and the last error either way.
 - ``GET /metrics`` — gpuledger's own metrics in the Prometheus text format.
 """
 
@@ -11,17 +15,22 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
+from typing import TYPE_CHECKING
 
 import flask
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from collector.spool import load_batch
+from collector.spool import id_fits, load_batch
 from warehouse.client import Warehouse, WarehouseError
-from warehouse.ingest import Ingestor
+
+if TYPE_CHECKING:
+    from .coalesce import Coalescer
 
 log = logging.getLogger(__name__)
+
+#: What a refused agent is told to wait before sending again, in seconds.
+RETRY_AFTER_S = 30
 
 
 class ServerMetrics:
@@ -40,16 +49,49 @@ class ServerMetrics:
         )
         self.batches = Counter(
             "gpuledger_ingest_batches",
-            "Batches received from agents",
+            "Agent batches by outcome: accepted (spooled), duplicate, refused (bad request), "
+            "full (spool full, 503), failed (spool not writable, 503), written",
             ["outcome"],
             registry=self.registry,
         )
         self.seconds = Histogram(
-            "gpuledger_ingest_seconds", "Time to write one batch", registry=self.registry
+            "gpuledger_ingest_seconds",
+            "Time to write one group of batches (one insert per table)",
+            registry=self.registry,
+        )
+        self.group_batches = Histogram(
+            "gpuledger_ingest_group_batches",
+            "Agent batches per group written",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000),
+            registry=self.registry,
+        )
+        self.group_rows = Histogram(
+            "gpuledger_ingest_group_rows",
+            "Rows per group written",
+            buckets=(10, 100, 1000, 5000, 10_000, 50_000, 100_000, 500_000, 1_000_000),
+            registry=self.registry,
+        )
+        self.flush_failures = Counter(
+            "gpuledger_ingest_flush_failures",
+            "Group writes that failed (each is retried until written)",
+            registry=self.registry,
+        )
+        self.spool_batches = Gauge(
+            "gpuledger_ingest_spool_batches",
+            "Agent batches accepted and not yet written",
+            registry=self.registry,
+        )
+        self.spool_bytes = Gauge(
+            "gpuledger_ingest_spool_bytes", "Bytes in the ingest spool", registry=self.registry
+        )
+        self.oldest = Gauge(
+            "gpuledger_ingest_oldest_pending_seconds",
+            "How long the oldest batch not yet written has waited",
+            registry=self.registry,
         )
         self.lag = Gauge(
             "gpuledger_ingest_lag_seconds",
-            "Age of the newest sample of the last batch when it was written",
+            "Age of the newest sample of the last group when it was written",
             registry=self.registry,
         )
         self.up = Gauge(
@@ -57,6 +99,12 @@ class ServerMetrics:
             "1 when the warehouse answered the last check",
             registry=self.registry,
         )
+
+    def watch(self, coalescer: Coalescer) -> None:
+        """Read the spool's gauges from ``coalescer`` at each scrape."""
+        self.spool_batches.set_function(lambda: coalescer.spool.depth)
+        self.spool_bytes.set_function(lambda: coalescer.spool.size_bytes)
+        self.oldest.set_function(coalescer.oldest_pending_s)
 
     def record(self, result: object, newest: dt.datetime | None) -> None:
         for table, count in result.written.items():  # type: ignore[attr-defined]
@@ -66,55 +114,66 @@ class ServerMetrics:
             self.lag.set((dt.datetime.now(dt.UTC) - newest).total_seconds())
 
 
-def register(
-    server: flask.Flask, wh: Warehouse, ingestor: Ingestor, metrics: ServerMetrics | None = None
-) -> ServerMetrics:
+def register(server: flask.Flask, wh: Warehouse, coalescer: Coalescer) -> ServerMetrics:
     """Add the ingest, health and metrics routes to ``server`` (Dash's Flask app)."""
-    metrics = metrics or ServerMetrics()
+    metrics = coalescer.metrics
 
     @server.post("/api/v1/ingest")
     def ingest() -> flask.typing.ResponseReturnValue:
         batch_id = flask.request.headers.get("X-Batch-Id", "")
-        if not batch_id:
+        if not batch_id or not id_fits(batch_id):
             metrics.batches.labels("refused").inc()
             return flask.jsonify(
-                error="the X-Batch-Id header is missing: agents name each "
-                "batch so that a retry is written once"
+                error="the X-Batch-Id header is missing or too long: agents name each "
+                "batch (up to ~200 characters) so that a retry is written once"
             ), 400
+        data = flask.request.get_data()
         try:
-            batch = load_batch(flask.request.get_data())
+            batch = load_batch(data)
         except (ValueError, KeyError, TypeError) as exc:
             metrics.batches.labels("refused").inc()
             return flask.jsonify(error=f"the body is not a gpuledger batch: {exc}"), 400
-        started = time.perf_counter()
         try:
-            result = ingestor.write(batch, batch_id=batch_id)
-        except WarehouseError as exc:
+            outcome = coalescer.accept(batch_id, data, batch)
+        except OSError as exc:
             metrics.batches.labels("failed").inc()
-            log.error("ingest of batch %s failed: %s", batch_id, exc)
-            return flask.jsonify(error=str(exc)), 503
-        metrics.seconds.observe(time.perf_counter() - started)
-        metrics.batches.labels("written").inc()
-        newest = (
-            batch.samples["ts"].max()  # type: ignore[call-overload]
-            if hasattr(batch.samples, "columns") and len(batch.samples)
-            else None
-        )
-        metrics.record(result, newest)  # type: ignore[arg-type]
-        return flask.jsonify(written=dict(result.written), quarantined=result.quarantined_total)
+            log.error("cannot spool batch %s: %s", batch_id, exc)
+            return _busy(f"the server cannot keep the batch ({exc.strerror}); send it later")
+        metrics.batches.labels(outcome).inc()
+        if outcome == "duplicate":
+            return flask.jsonify(duplicate=True, batch_id=batch_id), 200
+        if outcome == "full":
+            return _busy(
+                f"the server's ingest spool is full ({coalescer.spool.size_bytes} of "
+                f"{coalescer.spool.max_bytes} bytes; last write error: "
+                f"{coalescer.last_error}): keep the batch and send it again later"
+            )
+        return flask.jsonify(
+            accepted=True, rows=len(batch), spool_batches=coalescer.spool.depth
+        ), 202
 
     @server.get("/healthz")
     def healthz() -> flask.typing.ResponseReturnValue:
+        body = coalescer.status()
         try:
             wh.rows("SELECT 1")
         except WarehouseError as exc:
             metrics.up.set(0)
-            return flask.jsonify(status="unhealthy", warehouse=str(exc)), 503
+            return flask.jsonify(status="unhealthy", warehouse=str(exc), **body), 503
         metrics.up.set(1)
-        return flask.jsonify(status="ok")
+        ok = body["last_error"] is None and body["flusher"] == "running"
+        return flask.jsonify(status="ok" if ok else "unhealthy", warehouse="ok", **body), (
+            200 if ok else 503
+        )
 
     @server.get("/metrics")
     def prometheus_metrics() -> flask.Response:
         return flask.Response(generate_latest(metrics.registry), mimetype=CONTENT_TYPE_LATEST)
 
     return metrics
+
+
+def _busy(message: str) -> flask.typing.ResponseReturnValue:
+    reply = flask.jsonify(error=message)
+    reply.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return reply, 503

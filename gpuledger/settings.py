@@ -127,10 +127,40 @@ class ServerSettings:
     #: directory): comma-separated from nvml, dcgm, kubernetes, slurm. Their settings are the
     #: [agent] ones.
     collectors: str = ""
+    #: The write-ahead spool of agents' batches: each is fsync'd here before it is
+    #: acknowledged, then written many at a time. Empty: ``<warehouse.data_dir>/ingest-spool``.
+    spool_dir: str = ""
+    #: When the spool holds this much (the warehouse is down or behind), agents are told 503
+    #: with Retry-After and keep their batches in their own spools.
+    spool_max_bytes: int = 1 << 30
+    #: A group of batches is written (one insert per table) once it holds this many rows ...
+    coalesce_max_rows: int = 50_000
+    #: ... or once its oldest batch has waited this long. 1 row gives one insert per batch.
+    coalesce_max_ms: int = 1000
+    #: How long the ids of written batches are remembered, so that an agent re-sending a batch
+    #: whose reply was lost is answered "duplicate" instead of writing it twice.
+    dedup_window_s: int = 86_400
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
             raise SettingsError(f"server.port {self.port} is not a TCP port (1-65535)")
+        if self.spool_max_bytes < 1 << 20:
+            raise SettingsError("server.spool_max_bytes must be at least 1 MiB (1048576)")
+        if self.coalesce_max_rows < 1:
+            raise SettingsError(
+                f"server.coalesce_max_rows {self.coalesce_max_rows} must be at least 1 "
+                "(1 writes each agent batch with its own inserts)"
+            )
+        if not 0 <= self.coalesce_max_ms <= 60_000:
+            raise SettingsError(
+                f"server.coalesce_max_ms {self.coalesce_max_ms} must be within 0-60000 "
+                "(milliseconds a batch may wait for others before it is written)"
+            )
+        if self.dedup_window_s < 60:
+            raise SettingsError(
+                f"server.dedup_window_s {self.dedup_window_s} must be at least 60: agents "
+                "re-send a batch whose reply was lost on their next step, or after an outage"
+            )
         unknown = set(self.sources) - {"nvml", "dcgm", "kubernetes", "slurm"}
         if unknown:
             raise SettingsError(

@@ -24,9 +24,9 @@ from collector.records import (
     Reject,
 )
 from collector.spool import Spool, dump_batch, load_batch
+from gpuledger.coalesce import Coalescer
 from gpuledger.server import register
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
 
 T0 = recent(dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC))
 
@@ -96,6 +96,21 @@ def test_spool_is_oldest_first_bounded_and_survives_restart(
     assert [i.batch_id for i in reopened.pending()] == ["b1", "b2", "b3"]
 
 
+def test_spooled_batch_ids_read_back_as_given(tmp_path: Path) -> None:
+    """A re-sent batch must carry its original id (the deduplication token), whatever the
+    node name holds: dashes, slashes, percent signs."""
+    spool = Spool(tmp_path / "s")
+    ids = ["gpu-node-1:nvml:20261120T100000:ab12", "a/b%2F c", "plain_id.1:x"]
+    for batch_id in ids:
+        assert spool.put(Batch(samples=samples_at(T0)), batch_id)
+    assert [i.batch_id for i in Spool(tmp_path / "s").pending()] == ids
+    assert spool.depth == 3 and spool.size_bytes == sum(
+        p.stat().st_size for p in (tmp_path / "s").glob("*.batch")
+    )
+    (tmp_path / "s" / "000000000009-old_style_id.batch").write_bytes(b"x")  # before encoding
+    assert list(Spool(tmp_path / "s").pending())[-1].batch_id == "old_style_id"
+
+
 class FlakyWsgi:
     """Wraps the server: while ``down`` every request fails; ``lose_reply`` writes the batch
     and then breaks the reply, as when the connection dies after the warehouse took it."""
@@ -119,25 +134,30 @@ class FlakyWsgi:
 
 
 @pytest.fixture
-def server(wh: Warehouse) -> Iterator[tuple[str, FlakyWsgi]]:
+def server(wh: Warehouse, tmp_path: Path) -> Iterator[tuple[str, FlakyWsgi, Coalescer]]:
     import flask
 
     app = flask.Flask("test-server")
-    register(app, wh, Ingestor(wh, 35, now=lambda: T0 + dt.timedelta(hours=1)))
+    coalescer = Coalescer(
+        wh, 35, tmp_path / "server-spool", max_ms=50, now=lambda: T0 + dt.timedelta(hours=1)
+    )
+    register(app, wh, coalescer)
+    coalescer.start()
     flaky = FlakyWsgi(app.wsgi_app)
     srv = make_server("127.0.0.1", 0, flaky, threaded=True)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{srv.server_port}", flaky
+    yield f"http://127.0.0.1:{srv.server_port}", flaky, coalescer
     srv.shutdown()
     thread.join()
     srv.server_close()
+    coalescer.stop()
 
 
 def test_an_outage_loses_no_sample_and_doubles_none(
-    server: tuple[str, FlakyWsgi], wh: Warehouse, tmp_path: Path
+    server: tuple[str, FlakyWsgi, Coalescer], wh: Warehouse, tmp_path: Path
 ) -> None:
-    url, flaky = server
+    url, flaky, coalescer = server
     sink = HttpSink(url, timeout_s=10)
     pipe = Pipeline([CountingSource()], sink, Spool(tmp_path / "spool"), node="n1")
     steps = [T0 + dt.timedelta(seconds=10 * i) for i in range(30)]
@@ -152,20 +172,23 @@ def test_an_outage_loses_no_sample_and_doubles_none(
             assert pipe.spool.depth == i - 4  # everything since the outage waits, in order
     assert pipe.flush() and pipe.spool.depth == 0
     sink.close()
+    assert coalescer.drain()
     rows = wh.rows(f"SELECT count(), uniqExact(gpu_uuid, ts) FROM {wh.database}.gpu_samples")
     assert rows == [(30 * 4, 30 * 4)]
     hourly = wh.rows(f"SELECT sum(samples) FROM {wh.database}.gpu_samples_1h")
     assert hourly == [(30 * 4,)]
 
 
-def test_server_health_metrics_and_refusals(server: tuple[str, FlakyWsgi]) -> None:
+def test_server_health_metrics_and_refusals(server: tuple[str, FlakyWsgi, Coalescer]) -> None:
     import requests
 
-    url, _ = server
+    url, _, coalescer = server
     with requests.Session() as s:
-        assert s.get(f"{url}/healthz").json() == {"status": "ok"}
+        health = s.get(f"{url}/healthz").json()
+        assert health["status"] == "ok" and health["spool_batches"] == 0
         sink = HttpSink(url, session=s)
         sink.send(Batch(samples=samples_at(T0)), "b-1")
+        assert coalescer.drain()
         text = s.get(f"{url}/metrics").text
         assert 'gpuledger_rows_written_total{table="gpu_samples"} 4.0' in text
         bad = s.post(f"{url}/api/v1/ingest", data=b"nonsense", headers={"X-Batch-Id": "x"})

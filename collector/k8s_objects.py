@@ -8,7 +8,9 @@ The decisions a reader of the ledger needs to know:
   is what holds GPUs on one node, and the GPU ↔ workload mapping (cgroups, NVML, dcgm) names
   GPU users by pod UID, so each pod is one allocation interval. A PyTorchJob with 4 workers is
   4 jobs sharing a name prefix; a pod re-created by a Job retry or a Kueue requeue has a new
-  UID, hence is a new job rather than a new attempt.
+  UID, hence is a new job rather than a new attempt. The exception: a Kueue Workload the
+  collector saw waiting without pods is reported as the pods it asks for, and its pods continue
+  those jobs and attempts (``collector.k8s_queue``).
 * **Lifecycle**: ``submitted`` at creation (for the pods a Kueue admission started, the
   Workload's creation, so time queued in Kueue counts as waiting) → ``admitted`` (the
   Workload's Admitted condition, else PodScheduled=True, else a scheduling gate seen and then
@@ -50,6 +52,7 @@ from .records import WORKLOAD_TYPES, NodeInventory
 __all__ = [
     "POOL_LABELS",
     "USER_KEYS",
+    "PodSetView",
     "PodView",
     "WorkloadView",
     "mig_fraction",
@@ -288,16 +291,33 @@ def _container_gpus(container: dict[str, Any], path: str) -> dict[str, int]:
     return out
 
 
-def _pod_gpus(spec: dict[str, Any]) -> dict[str, int]:
+def _pod_gpus(spec: dict[str, Any], path: str = "spec") -> dict[str, int]:
     """Effective GPU requests: the containers' sum, or an init container's if larger."""
     total: dict[str, int] = {}
     for i, c in enumerate(_items(spec.get("containers"))):
-        for name, n in _container_gpus(c, f"spec.containers[{i}]").items():
+        for name, n in _container_gpus(c, f"{path}.containers[{i}]").items():
             total[name] = total.get(name, 0) + n
     for i, c in enumerate(_items(spec.get("initContainers"))):
-        for name, n in _container_gpus(c, f"spec.initContainers[{i}]").items():
+        for name, n in _container_gpus(c, f"{path}.initContainers[{i}]").items():
             total[name] = max(total.get(name, 0), n)
     return total
+
+
+class _Shape(NamedTuple):
+    whole_gpus: int
+    shared_gpus: int
+    mig: tuple[tuple[str, int], ...]
+    gpu_model: str
+
+
+def _shape(spec: dict[str, Any], path: str = "spec") -> _Shape:
+    """What a pod spec asks for: whole, shared and MIG GPUs, and the model (GFD's naming)."""
+    gpus = _pod_gpus(spec, path)
+    mig = tuple(sorted((k[len(MIG) :], n) for k, n in gpus.items() if k.startswith(MIG) and n))
+    product = str(_map(spec.get("nodeSelector"), f"{path}.nodeSelector").get(PRODUCT, ""))
+    if mig and not gpus.get(GPU):
+        product = f"{product}-MIG-{mig[0][0]}" if product else f"MIG-{mig[0][0]}"
+    return _Shape(gpus.get(GPU, 0), gpus.get(SHARED, 0), mig, product)
 
 
 def _exit_reason(term: dict[str, Any]) -> str:
@@ -320,14 +340,10 @@ def parse_pod(obj: Any, user_keys: Sequence[str] = USER_KEYS) -> PodView:
     owners = _items(meta.get("ownerReferences"))
     owner = next((o for o in owners if o.get("controller")), owners[0] if owners else {})
     spec, status = _map(obj.get("spec"), "spec"), _map(obj.get("status"), "status")
-    gpus = _pod_gpus(spec)
+    shape = _shape(spec)
     priority = spec.get("priority") or 0
     if not isinstance(priority, int):
         raise _Bad("spec.priority", str(priority), "priority must be an integer")
-    mig = tuple(sorted((k[len(MIG) :], n) for k, n in gpus.items() if k.startswith(MIG) and n))
-    product = str(_map(spec.get("nodeSelector"), "spec.nodeSelector").get(PRODUCT, ""))
-    if mig and not gpus.get(GPU):
-        product = f"{product}-MIG-{mig[0][0]}" if product else f"MIG-{mig[0][0]}"
     conditions = _items(status.get("conditions"))
     scheduled, disruption = _true(conditions, "PodScheduled"), _true(conditions, "DisruptionTarget")
     starts: list[dt.datetime] = []
@@ -371,10 +387,10 @@ def parse_pod(obj: Any, user_keys: Sequence[str] = USER_KEYS) -> PodView:
         queue=labels.get(QUEUE_LABEL, ""),
         user=user,
         workload_type=workload_type(labels, str(owner.get("kind", ""))),
-        gpu_model=product,
-        whole_gpus=gpus.get(GPU, 0),
-        shared_gpus=gpus.get(SHARED, 0),
-        mig=mig,
+        gpu_model=shape.gpu_model,
+        whole_gpus=shape.whole_gpus,
+        shared_gpus=shape.shared_gpus,
+        mig=shape.mig,
         phase=str(status.get("phase") or ""),
         status_reason=str(status.get("reason") or ""),
         gated=bool(spec.get("schedulingGates")),
@@ -390,8 +406,23 @@ def parse_pod(obj: Any, user_keys: Sequence[str] = USER_KEYS) -> PodView:
     )
 
 
+class PodSetView(NamedTuple):
+    """One podSet of a Workload: ``pods`` pods (its count) made from one template."""
+
+    name: str
+    pods: int
+    labels: dict[str, str]  # the template's: tenant rules see what the pods will carry
+    user: str
+    workload_type: str
+    shape: _Shape  # per pod
+
+
 class WorkloadView(NamedTuple):
-    """What a Kueue Workload adds to its pods: queueing, admission and eviction."""
+    """What a Kueue Workload adds to its pods: queueing, admission and eviction.
+
+    While it waits without pods (see ``collector.k8s_queue``) it is the job itself: its pod
+    sets say what the pods will ask for.
+    """
 
     namespace: str
     name: str
@@ -404,17 +435,44 @@ class WorkloadView(NamedTuple):
     admitted: bool
     admitted_at: dt.datetime | None
     eviction: tuple[str, str, dt.datetime | None] | None  # (event, reason, since)
+    uid: str
+    owner_kind: str  # the job kind that owns it (Job, PyTorchJob, Pod, ...)
+    owner_name: str
+    pod_sets: tuple[PodSetView, ...]
+    finished: str  # the Finished condition's reason (Succeeded, Failed, ...); "" until then
+    finished_at: dt.datetime | None
 
 
-def parse_workload(obj: Any) -> WorkloadView:
+def _pod_set(ps: dict[str, Any], i: int, owner_kind: str, user_keys: Sequence[str]) -> PodSetView:
+    path = f"spec.podSets[{i}]"
+    count = ps.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise _Bad(f"{path}.count", str(count), "a pod count must be a non-negative integer")
+    template = _map(ps.get("template"), f"{path}.template")
+    meta = _map(template.get("metadata"), f"{path}.template.metadata")
+    labels, annotations = _labels(meta), _labels(meta, "annotations")
+    return PodSetView(
+        name=str(ps.get("name") or f"podset{i}"),
+        pods=count,
+        labels=labels,
+        user=next((m[k] for k in user_keys for m in (labels, annotations) if m.get(k)), ""),
+        workload_type=workload_type(labels, owner_kind),
+        shape=_shape(_map(template.get("spec"), f"{path}.template.spec"), f"{path}.template.spec"),
+    )
+
+
+def parse_workload(obj: Any, user_keys: Sequence[str] = USER_KEYS) -> WorkloadView:
     """Read a kueue.x-k8s.io/v1beta1 Workload; raises ``_Bad`` on malformed input."""
     meta = _meta(obj, "workload")
     spec, status = _map(obj.get("spec"), "spec"), _map(obj.get("status"), "status")
     conditions = _items(status.get("conditions"))
+    owners = _items(meta.get("ownerReferences"))
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else {})
     uids = [_labels(meta).get(JOB_UID_LABEL, "")]
-    uids += [str(o.get("uid", "")) for o in _items(meta.get("ownerReferences"))]
+    uids += [str(o.get("uid", "")) for o in owners]
     admitted = _true(conditions, "Admitted")
     evicted, preempted = _true(conditions, "Evicted"), _true(conditions, "Preempted")
+    finished = _true(conditions, "Finished")
     eviction = None
     if evicted or preempted:
         cond = preempted or evicted or {}
@@ -422,6 +480,7 @@ def parse_workload(obj: Any) -> WorkloadView:
         since = _time((evicted or cond).get("lastTransitionTime"), "status.conditions")
         eviction = (kind, f"kueue:{cond.get('reason') or 'Evicted'}", since)
     priority = spec.get("priority")
+    owner_kind = str(owner.get("kind") or "")
     return WorkloadView(
         namespace=str(meta.get("namespace") or ""),
         name=meta["name"],
@@ -436,6 +495,15 @@ def parse_workload(obj: Any) -> WorkloadView:
         admitted=admitted is not None,
         admitted_at=_time((admitted or {}).get("lastTransitionTime"), "status.conditions"),
         eviction=eviction,
+        uid=str(meta.get("uid") or ""),
+        owner_kind=owner_kind,
+        owner_name=str(owner.get("name") or ""),
+        pod_sets=tuple(
+            _pod_set(ps, i, owner_kind, user_keys)
+            for i, ps in enumerate(_items(spec.get("podSets")))
+        ),
+        finished=str((finished or {}).get("reason") or ("Finished" if finished else "")),
+        finished_at=_time((finished or {}).get("lastTransitionTime"), "status.conditions"),
     )
 
 

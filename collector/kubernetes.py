@@ -2,10 +2,12 @@
 
 The official ``kubernetes`` client does the HTTP; :mod:`collector.k8s_objects` decides what the
 objects mean (one job per pod, the lifecycle, GPU requests, node states: its docstring lists
-the decisions a reader of the ledger needs to know). This module holds what lies between
-objects and across time (the lifecycle steps each pod has emitted, the Workloads and nodes its
-events draw on, the quarantine of bad objects) and runs the list/watch/relist loop,
-:class:`KubernetesCollector`. The readers are re-exported here for existing imports.
+the decisions a reader of the ledger needs to know), and :mod:`collector.k8s_queue` how a Kueue
+Workload waiting without pods is reported. This module holds what lies between objects and
+across time (the lifecycle steps each job has emitted, the Workloads and nodes its events draw
+on, the quarantine of bad objects), keeps it across restarts (:mod:`collector.k8s_state`) and
+runs the list/watch/relist loop, :class:`KubernetesCollector`. The readers are re-exported here
+for existing imports.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -45,6 +48,8 @@ from .k8s_objects import (
     parse_workload,
     workload_type,
 )
+from .k8s_queue import QueuedStep, QueuedWorkloads
+from .k8s_state import Snapshot, StateFile, Track, encode
 from .records import TERMINAL_EVENTS, Batch, GpuInventory, JobEvent, NodeInventory, Reject
 from .tenancy import TenantMapper
 
@@ -87,15 +92,6 @@ class KubernetesStats:
     reconnects: int = 0  # watches resumed after an error or a dropped connection
     rejects: int = 0
     sink_errors: int = 0
-
-
-@dataclasses.dataclass
-class _Track:
-    view: PodView
-    tenant: str
-    done: set[str]  # lifecycle steps emitted: submitted, admitted, started, end
-    gated_seen: bool
-    started_at: dt.datetime | None = None
 
 
 @dataclasses.dataclass
@@ -154,6 +150,17 @@ class KubernetesCollector:
     the in-cluster config, and closed by its owner. The sink gets one batch per list and per
     watch event that produced records, in order; it should not raise (an exception is logged,
     counted in ``stats.sink_errors``, and that batch is lost).
+
+    With ``state_dir``, ``run`` keeps what it has reported in a state file there
+    (:mod:`collector.k8s_state`): it loads it on start and resumes each watch from the saved
+    resourceVersion (a 410 relists and reconciles against the saved state: pods gone meanwhile
+    get their terminal event, pods already reported emit nothing again), and saves it every
+    ``state_save_interval_s`` while something changed, and on stop. A save holds only events
+    already handed to the sink, so a crash loses none and re-emits at most those of the last
+    interval. Such a duplicate is stored: the warehouse drops a re-sent batch by its id, not
+    single events by content, and each batch here is new. It moves no time (allocations and
+    queue analytics take each step's first time per job and attempt); it does count in the
+    ``jobs`` table's ``events``. Polling (``poll_once``) keeps no state file.
     """
 
     name = "kubernetes"
@@ -176,6 +183,8 @@ class KubernetesCollector:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 30.0,
         kueue_recheck_s: float = 300.0,
+        state_dir: str | os.PathLike[str] | None = None,
+        state_save_interval_s: float = 1.0,
         clock: Callable[[], dt.datetime] = _utcnow,
     ):
         core = client.CoreV1Api(api_client)
@@ -191,12 +200,17 @@ class KubernetesCollector:
         self.watch_timeout_s, self.request_timeout_s = watch_timeout_s, request_timeout_s
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
         self.kueue_recheck_s = kueue_recheck_s
+        self.state = StateFile(state_dir, cluster) if state_dir is not None else None
+        self.state_save_interval_s = state_save_interval_s
         self.stats = KubernetesStats()
         self._lock = threading.RLock()  # guards the state below and orders calls to the sink
-        self._pods: dict[str, _Track] = {}
+        self._pods: dict[str, Track] = {}
         self._pod_index: dict[str, set[str]] = {}  # association key -> pod UIDs
         self._workloads: dict[str, WorkloadView] = {}  # "namespace/name" -> workload
         self._wl_index: dict[str, WorkloadView] = {}  # association key -> workload
+        self._queued = QueuedWorkloads(tenant_mapper, gpu_pods_only)
+        self._pods_listed = False  # Workloads wait for the pods list before they count as podless
+        self._dirty = False  # changed since the state file was last saved
         self._nodes: dict[str, _NodeParse] = {}
         self._rejected: dict[tuple[str, str, str], str] = {}  # (kind, object, field) -> value
         self._rvs: dict[str, str | None] = {}  # kind -> resourceVersion to watch from
@@ -230,8 +244,14 @@ class KubernetesCollector:
         return self.poll_once()
 
     def run(self, stop_event: threading.Event, sink: Callable[[Batch], None]) -> None:
-        """List, then watch every kind until ``stop_event`` is set; hand batches to ``sink``."""
+        """List, then watch every kind until ``stop_event`` is set; hand batches to ``sink``.
+
+        With a state file, a kind saved with a resourceVersion is not listed: its watch resumes.
+        """
+        self._restore()
         for kind in self._kinds:
+            if self._rvs.get(kind.name):
+                continue
             try:
                 self._relist(kind, sink, GAP_REASON)
             except ApiException as exc:
@@ -251,7 +271,8 @@ class KubernetesCollector:
         for thread in threads:
             thread.start()
         try:
-            stop_event.wait()
+            while not stop_event.wait(self.state_save_interval_s):
+                self.save_state()
         finally:
             stop_event.set()
             for thread, kind in zip(threads, self._kinds, strict=True):
@@ -259,6 +280,49 @@ class KubernetesCollector:
                     if (w := self._watches.get(kind.name)) is not None:
                         w.stop()
                     thread.join(0.05)
+            self.save_state()
+
+    # -- the state file -------------------------------------------------------------------------
+    def _restore(self) -> None:
+        """Take up the saved state, if there is a usable one (see ``collector.k8s_state``)."""
+        snap = self.state.load() if self.state is not None else None
+        if snap is None:
+            return
+        with self._lock:
+            self._nodes, self._workloads = snap.nodes, snap.workloads
+            self._pods, self._queued.slots = snap.pods, snap.slots
+            for wl in self._workloads.values():
+                self._wl_index.update(dict.fromkeys(_wl_keys(wl), wl))
+            for track in self._pods.values():
+                self._index(track.view, add=True)
+            kinds = {k.name for k in self._kinds}
+            self._rvs.update({k: rv for k, rv in snap.resource_versions.items() if k in kinds})
+            self._pods_listed = "pods" in self._rvs
+        log.info(
+            "resumed from %s: %d pods, %d Workloads, %d nodes; resourceVersions %s",
+            self.state.path if self.state else "",
+            len(snap.pods),
+            len(snap.workloads),
+            len(snap.nodes),
+            snap.resource_versions,
+        )
+
+    def save_state(self) -> None:
+        """Write the state file if anything changed since the last save (no-op without one)."""
+        if self.state is None or not self._dirty:
+            return
+        with self._lock:  # a consistent cut: only events the sink already has
+            snap = Snapshot(
+                {k: rv for k, rv in self._rvs.items() if rv},
+                self._nodes,
+                self._workloads,
+                self._pods,
+                self._queued.slots,
+            )
+            data = encode(snap, self.cluster, self.clock())
+            self._dirty = False
+        if not self.state.save(data):
+            self._dirty = True
 
     # -- list and watch -------------------------------------------------------------------------
     def _optional_missing(self, kind: _Kind, exc: ApiException) -> bool:
@@ -300,7 +364,8 @@ class KubernetesCollector:
         with self._lock:
             self._sync(kind.name, items, gap_reason, out)
             self._emit(sink, out)
-        self._rvs[kind.name] = rv
+            self._rvs[kind.name] = rv  # with the objects, so that a save is one consistent cut
+            self._dirty = True
 
     def _reflect(self, kind: _Kind, stop: threading.Event, sink: Callable[[Batch], None]) -> None:
         """One kind's loop: (re)list when needed, watch, resume or back off; never raises."""
@@ -373,17 +438,23 @@ class KubernetesCollector:
                     break
                 etype = event.get("type") if isinstance(event, dict) else None
                 obj = event.get("object") if isinstance(event, dict) else None
+                rv = _rv(obj)
                 if etype in ("ADDED", "MODIFIED", "DELETED"):
                     out = _Out()
                     with self._lock:
                         self._apply(kind.name, etype, obj, out)
                         self._emit(sink, out)
+                        if rv:
+                            self._rvs[kind.name] = rv
+                        self._dirty = True
                     applied += 1
                     self.stats.events += 1
-                elif etype != "BOOKMARK":
+                    continue
+                if etype != "BOOKMARK":
                     log.warning("%s: ignoring a watch event of type %r", kind.name, etype)
-                if rv := _rv(obj):
-                    self._rvs[kind.name] = rv
+                if rv:
+                    with self._lock:
+                        self._rvs[kind.name], self._dirty = rv, True
         finally:
             stream.close()
         return applied
@@ -404,12 +475,15 @@ class KubernetesCollector:
         if kind == "pods":
             for uid in [u for u in self._pods if u not in seen]:
                 self._vanish(uid, gap_reason, out)
+            self._pods_listed = True
+            for key, wl in list(self._workloads.items()):
+                self._settle(key, wl, out)
         elif kind == "nodes":
             for name in [n for n in self._nodes if n not in seen]:
                 self._retire(name, self._nodes[name], gap_reason, out)
         else:
-            for key in [k for k in self._workloads if k not in seen]:
-                self._set_workload(key, None, out)
+            for key in [k for k in {*self._workloads, *self._queued.slots} if k not in seen]:
+                self._set_workload(key, None, out, gap_reason)
 
     def _apply(self, kind: str, etype: str, obj: Any, out: _Out) -> str:
         """Apply one object; its identity (pod UID, node name, ns/name; "" if unreadable)."""
@@ -420,7 +494,7 @@ class KubernetesCollector:
             elif kind == "nodes":
                 self._on_node(obj, deleted, out)
             else:
-                wl = parse_workload(obj)
+                wl = parse_workload(obj, self.user_keys)
                 self._set_workload(f"{wl.namespace}/{wl.name}", None if deleted else wl, out)
         except _Bad as bad:
             self._reject(kind, obj, bad, out)
@@ -456,11 +530,20 @@ class KubernetesCollector:
         if track is None:
             if self.gpu_pods_only and not (v.whole_gpus or v.shared_gpus or v.mig):
                 return
-            tenant = self.tenants.resolve(namespace=v.namespace, labels=v.labels)
-            track = self._pods[v.uid] = _Track(v, tenant, set(), v.gated)
+            wl = self._workload_for(v)
+            adopted = self._queued.adopt(f"{wl.namespace}/{wl.name}", v) if wl else None
+            track = self._pods[v.uid] = adopted or Track(
+                v,
+                self.tenants.resolve(namespace=v.namespace, labels=v.labels),
+                set(),
+                v.gated,
+                job_id=v.uid,
+            )
         self._index(track.view, add=False)
         self._index(v, add=True)
         self._advance(track, v, deleted, out)
+        if "end" in track.done and (wl := self._workload_for(v)) is not None:
+            self._settle(f"{wl.namespace}/{wl.name}", wl, out)  # requeued, its pods all gone?
         if deleted:
             self._forget(v.uid)
 
@@ -480,7 +563,7 @@ class KubernetesCollector:
     def _workload_for(self, v: PodView) -> WorkloadView | None:
         return next((wl for key in _pod_keys(v) if (wl := self._wl_index.get(key))), None)
 
-    def _advance(self, t: _Track, v: PodView, deleted: bool, out: _Out) -> None:
+    def _advance(self, t: Track, v: PodView, deleted: bool, out: _Out) -> None:
         """Emit the lifecycle steps ``v`` implies that this pod has not emitted yet."""
         gate_lifted = t.gated_seen and not v.gated
         t.view, t.gated_seen = v, t.gated_seen or v.gated
@@ -505,7 +588,7 @@ class KubernetesCollector:
         self._forget(uid)
 
     def _job_event(
-        self, t: _Track, wl: WorkloadView | None, event: str, ts: dt.datetime, reason: str
+        self, t: Track, wl: WorkloadView | None, event: str, ts: dt.datetime, reason: str
     ) -> JobEvent:
         v, node = t.view, self._nodes.get(t.view.node)
         gpus, fraction = _gpu_amount(
@@ -515,8 +598,9 @@ class KubernetesCollector:
         return JobEvent(
             ts=ts,
             cluster=self.cluster,
-            job_id=v.uid,
+            job_id=t.job_id or v.uid,
             event=event,
+            attempt=t.attempt,
             name=v.name,
             tenant=t.tenant,
             org=org,
@@ -537,8 +621,13 @@ class KubernetesCollector:
             source=SOURCE,
         )
 
-    def _set_workload(self, key: str, wl: WorkloadView | None, out: _Out) -> None:
-        """Store (or drop) a Workload and re-derive the events of the pods it belongs to."""
+    def _set_workload(
+        self, key: str, wl: WorkloadView | None, out: _Out, gap_reason: str = ""
+    ) -> None:
+        """Store (or drop) a Workload and re-derive the events of its pods and slots.
+
+        ``gap_reason``: it was not listed any more (deleted while nobody watched).
+        """
         old = self._workloads.pop(key, None)
         for k in _wl_keys(old) if old else ():
             self._wl_index.pop(k, None)
@@ -548,6 +637,20 @@ class KubernetesCollector:
         keys = {k for w in (old, wl) if w is not None for k in _wl_keys(w)}
         for uid in sorted({u for k in keys for u in self._pod_index.get(k, ())}):
             self._advance(self._pods[uid], self._pods[uid].view, False, out)
+        if wl is not None:
+            self._steps_out(self._queued.update(key, wl, self.clock()), out)
+            self._settle(key, wl, out)
+        else:
+            self._steps_out(self._queued.drop(key, old, gap_reason, self.clock()), out)
+
+    # -- Kueue Workloads waiting without pods (collector.k8s_queue) -----------------------------
+    def _settle(self, key: str, wl: WorkloadView, out: _Out) -> None:
+        if self._pods_listed:  # before the pods are known, every Workload looks podless
+            pods = [self._pods[u] for k in _wl_keys(wl) for u in self._pod_index.get(k, ())]
+            self._steps_out(self._queued.settle(key, wl, pods, self.clock()), out)
+
+    def _steps_out(self, steps: list[QueuedStep], out: _Out) -> None:
+        out.events.extend(self._job_event(*step) for step in steps)
 
     def _on_node(self, obj: Any, deleted: bool, out: _Out) -> None:
         now = self.clock()

@@ -8,6 +8,7 @@ import datetime as dt
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from .output import format_rows
@@ -121,7 +122,14 @@ def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any =
                 api = kubernetes.config.new_client_from_config()
     except (kubernetes.config.ConfigException, OSError) as exc:
         raise SettingsError(f"no Kubernetes configuration: {exc}; pass --kubeconfig") from None
-    return KubernetesCollector(api, settings.agent.cluster, mapper)
+    k8s = settings.kubernetes
+    return KubernetesCollector(
+        api,
+        settings.agent.cluster,
+        mapper,
+        state_dir=Path(k8s.state_dir).expanduser() if k8s.state_dir else None,
+        state_save_interval_s=k8s.state_save_interval_s,
+    )
 
 
 def _run_foreground(settings: Settings, sources: list[Any], once: bool) -> int:

@@ -242,12 +242,36 @@ class AgentSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class KubernetesSettings:
+    """`gpuledger collect kubernetes` and the Kubernetes collector `serve` hosts."""
+
+    #: Where the collector keeps what it has reported (one file per cluster), so that a restart
+    #: resumes its watches and re-emits nothing; created if missing. Empty: keep no state (a
+    #: restart relists and reports every pod's lifecycle again).
+    state_dir: str = "./gpuledger-k8s-state"
+    #: Save the state at most this often, seconds: a crash re-emits at most that much.
+    state_save_interval_s: float = 1.0
+
+    def validate(self) -> None:
+        if self.state_dir and Path(self.state_dir).expanduser().is_file():
+            raise SettingsError(
+                f"kubernetes.state_dir {self.state_dir!r} is a file: give a directory (it is "
+                'created if missing), or "" to keep no state'
+            )
+        if self.state_save_interval_s <= 0:
+            raise SettingsError(
+                f"kubernetes.state_save_interval_s {self.state_save_interval_s} must be positive"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     warehouse: WarehouseSettings = WarehouseSettings()
     ledger: LedgerSettings = LedgerSettings()
     simulator: SimulatorSettings = SimulatorSettings()
     server: ServerSettings = ServerSettings()
     agent: AgentSettings = AgentSettings()
+    kubernetes: KubernetesSettings = KubernetesSettings()
 
     def validate(self) -> None:
         for field in dataclasses.fields(self):

@@ -193,3 +193,109 @@ class Runner:
     def wait_events(self, count: int, timeout: float = 5.0) -> list[JobEvent]:
         self.wait(lambda r: len(events_of(r.batches)) >= count, timeout)
         return self.events
+
+
+# -- Kueue Workloads ------------------------------------------------------------------------------
+JOB_UID = "0d6a6b0e-1111-4c2b-9a55-7e0f3b4a9c10"  # the job the fixture Workload stands for
+
+
+def workload(
+    name: str = "train",
+    *,
+    job_uid: str = "job-train",
+    ns: str = "ml-vision",
+    sets: list[tuple[str, int, str]] | None = None,
+    labels: dict[str, str] | None = None,
+    created: float = -20,
+) -> dict[str, Any]:
+    """A Workload Kueue has not admitted (its Job suspended, no pods): ``sets`` are
+    (pod set, count, GPUs per pod), one pod of 2 GPUs unless said otherwise."""
+    wl = load("workload_pytorchjob.json")
+    wl["metadata"].update(
+        name=f"job-{name}-1a2b3",
+        namespace=ns,
+        uid=f"wl-{name}",
+        creationTimestamp=iso(created),
+        labels={"kueue.x-k8s.io/job-uid": job_uid},
+        ownerReferences=[
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "uid": job_uid,
+                "controller": True,
+            }
+        ],
+    )
+    wl["spec"]["podSets"] = [
+        {
+            "name": set_name,
+            "count": count,
+            "template": {
+                "metadata": {"labels": labels or {}},
+                "spec": {
+                    "containers": [
+                        {"name": "main", "resources": {"requests": {"nvidia.com/gpu": gpus}}}
+                    ]
+                },
+            },
+        }
+        for set_name, count, gpus in sets or [("main", 1, "2")]
+    ]
+    wl["status"] = {}
+    return wl
+
+
+def admitted(wl: dict[str, Any], minutes: float) -> dict[str, Any]:
+    """``wl`` with quota reserved in vision-cq and admitted at ``minutes``."""
+    wl = copy.deepcopy(wl)
+    wl["status"] = {
+        "conditions": [
+            {"type": kind, "status": "True", "reason": kind, "lastTransitionTime": iso(minutes)}
+            for kind in ("QuotaReserved", "Admitted")
+        ],
+        "admission": {"clusterQueue": "vision-cq", "podSetAssignments": []},
+    }
+    return wl
+
+
+def evicted(wl: dict[str, Any], minutes: float) -> dict[str, Any]:
+    """``wl`` preempted at ``minutes`` and back in its queue (no longer admitted)."""
+    wl = copy.deepcopy(wl)
+    wl["status"] = {
+        "conditions": [
+            {"type": "Admitted", "status": "False", "reason": "NoReservation"},
+            {"type": "Evicted", "status": "True", "reason": "Preempted",
+             "lastTransitionTime": iso(minutes)},
+            {"type": "Preempted", "status": "True", "reason": "InClusterQueue",
+             "lastTransitionTime": iso(minutes)},
+        ]
+    }  # fmt: skip
+    return wl
+
+
+def finished(wl: dict[str, Any], minutes: float, reason: str) -> dict[str, Any]:
+    wl = copy.deepcopy(wl)
+    wl.setdefault("status", {}).setdefault("conditions", []).append(
+        {"type": "Finished", "status": "True", "reason": reason, "lastTransitionTime": iso(minutes)}
+    )
+    return wl
+
+
+def job_pod(
+    name: str, job_uid: str = "job-train", *, gpus: str = "2", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A pending pod of the Job ``job_uid`` (how a Workload finds its pods: the owner's UID)."""
+    p = pod(name, resources={"nvidia.com/gpu": gpus}, labels=labels)
+    p["metadata"]["ownerReferences"][0]["uid"] = job_uid
+    return p
+
+
+def later(obj: dict[str, Any], minutes: float) -> dict[str, Any]:
+    """``obj`` with every fixture time in it moved ``minutes`` later (a pod of a later run)."""
+    text = json.dumps(obj)
+    for m in range(-60, 61):
+        text = text.replace(f'"{iso(m)}"', f'"@{m}@"')
+    for m in range(-60, 61):
+        text = text.replace(f'"@{m}@"', f'"{iso(m + minutes)}"')
+    return json.loads(text)

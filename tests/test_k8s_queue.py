@@ -1,0 +1,268 @@
+"""Kueue Workloads that wait without pods (``collector.k8s_queue``), through the real client.
+
+A Job that Kueue holds has a Workload and no pods. The collector reports it as the pods it asks
+for (one job per pod, as everywhere else), waiting from the Workload's creation, and its pods
+continue those jobs when Kueue admits it. Fixture times are minutes after T0 (see
+``k8s_helpers``); the Workloads are created at -20 unless said otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from k8s_fake import FakeKubeApi
+from k8s_helpers import (
+    JOB_UID,
+    NOW,
+    Runner,
+    admitted,
+    at,
+    ended,
+    evicted,
+    finished,
+    job_pod,
+    later,
+    load,
+    make,
+    running,
+    steps,
+    workload,
+)
+from kubernetes import client as k8s
+
+from collector.k8s_queue import QUEUED_REASON
+from collector.kubernetes import GAP_REASON
+from warehouse.analytics import queues as qu
+from warehouse.client import Warehouse
+from warehouse.ingest import Ingestor
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeKubeApi]:
+    with FakeKubeApi() as server:
+        yield server
+
+
+@pytest.fixture
+def api(fake: FakeKubeApi) -> Iterator[k8s.ApiClient]:
+    client = k8s.ApiClient(k8s.Configuration(host=fake.url))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def start(api: k8s.ApiClient, fake: FakeKubeApi) -> Iterator[Callable[..., Runner]]:
+    runners: list[Runner] = []
+
+    def starter(**kw: Any) -> Runner:
+        runners.append(Runner(make(api, **kw)))
+        runners[-1].thread.start()
+        fake.wait_for_watchers("pods")
+        return runners[-1]
+
+    yield starter
+    for runner in runners:
+        runner.stop.set()
+        runner.thread.join(5)
+        assert not runner.thread.is_alive()
+
+
+def eventually(condition: Callable[[], object], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def once_each(events: list[Any]) -> bool:
+    return all(n == 1 for n in Counter((e.job_id, e.attempt, e.event) for e in events).values())
+
+
+def test_a_suspended_job_waits_and_its_pod_continues_it(
+    fake: FakeKubeApi, start: Callable[..., Runner]
+) -> None:
+    wl = workload("search", ns="team-x", labels={"team": "search"})
+    wl["spec"]["podSets"][0]["template"]["metadata"]["annotations"] = {"gpuledger.io/user": "bob"}
+    fake.put("workloads", wl)
+    runner = start()
+    (queued,) = runner.wait_events(1)
+    assert (queued.job_id, queued.attempt, queued.event, queued.ts) == (
+        "job-train",
+        0,
+        "submitted",
+        at(-20),
+    )  # the Job's UID: the Workload's creation is when it began to wait
+    assert (queued.tenant, queued.user, queued.queue, queued.priority_class) == (
+        "web/search",  # tenant rules see the pod template's labels
+        "bob",
+        "vision-queue",
+        "research-high",
+    )
+    assert (queued.name, queued.namespace, queued.workload_type) == ("search", "team-x", "training")
+    assert (queued.gpus_requested, queued.gpu_fraction, queued.node) == (2.0, 1.0, "")
+
+    fake.put("workloads", admitted(wl, -5))
+    assert runner.wait_events(2)[-1][:4] == (at(-5), "c1", "job-train", "admitted")
+    p = job_pod("search-abcde")
+    p["metadata"]["namespace"] = "team-x"
+    fake.put("pods", p)
+    fake.put("pods", running(p))
+    fake.put("pods", ended(p, "Succeeded"))
+    events = runner.wait_events(4)
+    time.sleep(0.1)
+    assert [(e.job_id, e.attempt, e.event, e.ts) for e in runner.events] == [
+        ("job-train", 0, "submitted", at(-20)),
+        ("job-train", 0, "admitted", at(-5)),
+        ("job-train", 0, "started", at(2)),
+        ("job-train", 0, "finished", at(10)),
+    ]  # the pod went on as the same job: no second job, no second "submitted"
+    assert (events[-1].name, events[-1].node, events[-1].tenant) == (
+        "search-abcde",
+        "gpu-node-01",
+        "web/search",
+    )
+    assert events[-1].started_at == at(2)
+
+
+def test_each_pod_a_workload_asks_for_is_a_job(
+    fake: FakeKubeApi, start: Callable[..., Runner]
+) -> None:
+    wl = load("workload_pytorchjob.json")  # master 1 x 8 GPUs, worker 3 x 8 GPUs
+    wl["status"] = {}
+    fake.put("workloads", wl)
+    runner = start()
+    queued = runner.wait_events(4)
+    assert [(e.job_id, e.event, e.gpus_requested) for e in queued] == [
+        (f"{JOB_UID}/master-0", "submitted", 8.0),
+        *((f"{JOB_UID}/worker-{i}", "submitted", 8.0) for i in range(3)),
+    ]
+    assert sum(e.gpus_requested for e in queued) == 32  # count x GPUs per pod, over the sets
+    assert {e.ts for e in queued} == {at(-20)}
+
+    fake.put("workloads", load("workload_pytorchjob.json"))  # admitted at -5
+    runner.wait_events(8)
+    worker = load("pod_pytorchjob_worker.json")  # replica type "worker", no owner match needed
+    master = job_pod("llama-ft-master-0", JOB_UID, gpus="8")
+    master["metadata"]["labels"]["training.kubeflow.org/replica-type"] = "Master"
+    fake.put("pods", running(worker))
+    fake.put("pods", running(master))
+    runner.wait_events(10)
+    started = {e.name: e.job_id for e in runner.events if e.event == "started"}
+    assert started == {
+        "llama-ft-worker-0": f"{JOB_UID}/worker-0",
+        "llama-ft-master-0": f"{JOB_UID}/master-0",
+    }  # each pod took a slot of its own pod set
+    assert once_each(runner.events)
+
+
+def test_workloads_that_end_without_pods(fake: FakeKubeApi, start: Callable[..., Runner]) -> None:
+    for name in ("gone", "failed", "done", "in-gap", "cpu"):
+        sets = [("main", 2, "0")] if name == "cpu" else None
+        fake.put("workloads", workload(name, job_uid=f"job-{name}", sets=sets))
+    runner = start()
+    runner.wait_events(4)  # the CPU-only one is not a GPU job
+    fake.delete("workloads", "ml-vision/job-gone-1a2b3")
+    fake.put("workloads", finished(workload("failed", job_uid="job-failed"), 3, "Failed"))
+    fake.put("workloads", finished(workload("done", job_uid="job-done"), 4, "Succeeded"))
+    fake.delete("workloads", "ml-vision/job-in-gap-1a2b3", event=False)
+    fake.expire()  # nobody saw that one go: a relist finds it missing
+    runner.wait_events(8)
+    time.sleep(0.1)
+    ends = {e.job_id: (e.event, e.reason, e.ts) for e in runner.events if e.event != "submitted"}
+    assert ends == {
+        "job-gone": ("cancelled", QUEUED_REASON, NOW),
+        "job-failed": ("failed", "kueue:Failed", at(3)),
+        "job-done": ("finished", "", at(4)),
+        "job-in-gap": ("cancelled", GAP_REASON, NOW),
+    }
+    assert once_each(runner.events)
+
+
+def test_a_requeued_workload_waits_again_as_the_next_attempt(
+    fake: FakeKubeApi, start: Callable[..., Runner]
+) -> None:
+    wl = workload()
+    fake.put("workloads", wl)
+    runner = start()
+    runner.wait_events(1)
+    fake.put("workloads", admitted(wl, -5))
+    runner.wait_events(2)  # the watches run apart: let the admission arrive before the pod
+    first = job_pod("train-aaaaa")
+    fake.put("pods", running(first))
+    runner.wait_events(3)
+    fake.put("workloads", evicted(wl, 10))  # preempted: Kueue suspends the Job ...
+    eventually(lambda: runner.collector._workloads["ml-vision/job-train-1a2b3"].eviction)
+    fake.put("pods", ended(first, "Failed", "Error", 143))  # ... and its pod dies
+    runner.wait_events(5)
+    fake.put("workloads", admitted(wl, 40))
+    runner.wait_events(6)
+    fake.put("pods", later(running(job_pod("train-bbbbb")), 41))
+    runner.wait_events(7)
+    time.sleep(0.1)
+    assert [(e.job_id, e.attempt, e.event, e.ts, e.reason) for e in runner.events] == [
+        ("job-train", 0, "submitted", at(-20), ""),
+        ("job-train", 0, "admitted", at(-5), "ClusterQueue vision-cq"),
+        ("job-train", 0, "started", at(2), ""),
+        ("job-train", 0, "preempted", at(10), "kueue:InClusterQueue"),
+        ("job-train", 1, "submitted", at(10), ""),  # back in the queue from the eviction
+        ("job-train", 1, "admitted", at(40), "ClusterQueue vision-cq"),
+        ("job-train", 1, "started", at(43), ""),
+    ]
+    assert steps(runner.events, "uid-train-bbbbb") == []  # no job of its own
+
+
+def test_a_workload_with_live_pods_is_not_reported_twice(
+    fake: FakeKubeApi, start: Callable[..., Runner]
+) -> None:
+    fake.put("pods", job_pod("train-aaaaa"))  # listed after the Workload, but there already
+    fake.put("workloads", workload())
+    runner = start()
+    runner.wait_events(1)
+    time.sleep(0.1)
+    assert [(e.job_id, e.event) for e in runner.events] == [("uid-train-aaaaa", "submitted")]
+    assert runner.collector._queued.slots == {}
+
+
+# -- queue analytics, through the real embedded warehouse --------------------------------------
+def test_queue_analytics_count_a_suspended_job_from_its_workload(
+    fake: FakeKubeApi, api: k8s.ApiClient, wh: Warehouse
+) -> None:
+    """Two suspended Jobs: "train" (2 GPUs, created at -20, admitted at -5, its pod starts at 2)
+    and "later" (4 GPUs as 2 pods x 2, created at 5, still waiting at the end, 15).
+
+        t     -30  -20  -10   0   10   (step 10 min)
+        train   0    1    1   1    0   waits from -20 (the Workload) until its pod starts, 2
+        later   0    0    0   0    2   2 pods, 2 GPUs each
+    """
+    ingest = Ingestor(wh, 35, now=lambda: NOW)
+    collector = make(api)
+    fake.put("workloads", workload("train"))
+    fake.put("workloads", workload("later", job_uid="job-later", sets=[("w", 2, "2")], created=5))
+    ingest.write_job_events(collector.poll_once().job_events)
+    waiting = qu.queue_length(wh, "c1", at(-30), at(15), step=dt.timedelta(minutes=10))
+    assert waiting["waiting_attempts"].to_list() == [0, 1, 1, 1, 2 + 1]
+    assert waiting["waiting_gpus"].to_list() == [0.0, 2.0, 2.0, 2.0, 4.0 + 2.0]
+
+    fake.put("workloads", admitted(workload("train"), -5))
+    ingest.write_job_events(collector.poll_once().job_events)
+    fake.put("pods", running(job_pod("train-aaaaa")))
+    ingest.write_job_events(collector.poll_once().job_events)
+    waiting = qu.queue_length(wh, "c1", at(-30), at(15), step=dt.timedelta(minutes=10))
+    assert waiting["waiting_attempts"].to_list() == [0, 1, 1, 1, 2]  # train left at 2
+    assert waiting["waiting_gpus"].to_list() == [0.0, 2.0, 2.0, 2.0, 4.0]
+
+    waits = qu.wait_times(wh, "c1", at(-30), at(15), by=("queue",))
+    assert waits.select("queue", "attempts", "p50_s", "unknown_wait").rows() == [
+        ("vision-queue", 1, 22 * 60.0, 0)  # from the Workload's creation (-20) to the start (2)
+    ]
+    jobs = wh.rows(f"SELECT job_id, events FROM {wh.database}.jobs FINAL ORDER BY job_id")
+    assert jobs == [
+        ("job-later/w-0", 1),
+        ("job-later/w-1", 1),
+        ("job-train", 3),  # submitted, admitted, started: one job, not two
+    ]

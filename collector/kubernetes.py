@@ -69,6 +69,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 GAP_REASON = "deleted during watch gap"
+RELIST_AFTER = 3  # watch failures in a row (HTTP errors other than 410 and 429) before a relist
 POLL_GAP_REASON = "deleted between polls"
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads")  # group, version, plural
 _RECORD_KIND = {"pods": "job_event", "workloads": "job_event", "nodes": "node_inventory"}
@@ -141,7 +142,8 @@ class KubernetesCollector:
     remembering the resourceVersion of every event and bookmark. A dropped connection (urllib3
     ProtocolError, reset, read timeout) or an ended stream resumes from there, after a bounded
     exponential backoff with jitter while it keeps failing; 410 Gone (HTTP, or an ERROR event)
-    relists and reconciles. Kueue is optional: a 404 or 403 on its list means not installed or
+    relists and reconciles, and so do ``RELIST_AFTER`` other HTTP errors in a row (not 429), as
+    client-go's reflector would. Kueue is optional: a 404 or 403 on its list means not installed or
     not allowed, and the collector goes on without Workloads, looking again every
     ``kueue_recheck_s``. ``poll_once`` only lists (``--once``, pull-style pipelines; ``collect``
     is the pipeline's ``Source`` spelling of it). Use either ``run`` or polling, not both.
@@ -398,6 +400,8 @@ class KubernetesCollector:
                     continue
                 failures += 1
                 log.warning("%s: HTTP %s %s", kind.name, exc.status, exc.reason)
+                if failures >= RELIST_AFTER and exc.status != 429:
+                    self._rvs[kind.name] = None  # e.g. a saved resourceVersion this server refuses
             except Exception as exc:  # dropped connection, read timeout, unreadable reply
                 if stop.is_set():
                     break

@@ -14,8 +14,9 @@ Test controls: :meth:`FakeKubeApi.put` / :meth:`~FakeKubeApi.delete` change obje
 without a watch event (without: as if it happened while nobody watched), :meth:`bookmark`,
 :meth:`expire` (410 Gone as an ERROR event or as HTTP 410), :meth:`drop_watches` and
 :meth:`drop_after` (close watch connections mid-stream, without the final chunk), and
-:meth:`fail_next` (answer the next requests with an HTTP error). ``requests`` logs every request.
-Use it as a context manager: closing it ends every stream and joins every handler thread.
+:meth:`fail_next` (answer the next requests, or the next of one kind, with an HTTP error).
+``requests`` logs every request. Use it as a context manager: closing it ends every stream
+and joins every handler thread.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class FakeKubeApi:
         self._gone_mode = "event"
         self._streams: set[_Stream] = set()
         self._drop_after: dict[str, int] = {}
-        self._failures: list[int] = []
+        self._failures: list[tuple[str, int]] = []  # (kind, or "" for any request; status)
         self._closing = False
         handler = type("Handler", (_Handler,), {"api": self})
         self._server = _Server(("127.0.0.1", 0), handler)
@@ -196,10 +197,10 @@ class FakeKubeApi:
         with self._cond:
             self._drop_after[kind] = events
 
-    def fail_next(self, *statuses: int) -> None:
-        """Answer the next requests, whatever they are, with these HTTP statuses."""
+    def fail_next(self, *statuses: int, kind: str = "") -> None:
+        """Answer the next requests (of ``kind`` only, if given) with these HTTP statuses."""
         with self._cond:
-            self._failures.extend(statuses)
+            self._failures.extend((kind, status) for status in statuses)
 
     def watchers(self, kind: str) -> int:
         with self._cond:
@@ -277,8 +278,9 @@ class _Handler(BaseHTTPRequestHandler):
         api = self.api
         with api._cond:
             api.requests.append((url.path, query))
-            failure = api._failures.pop(0) if api._failures else 0
-        kind = PATHS.get(url.path)
+            kind = PATHS.get(url.path)
+            i = next((i for i, f in enumerate(api._failures) if f[0] in ("", kind)), None)
+            failure = api._failures.pop(i)[1] if i is not None else 0
         if failure:
             self._json(failure, _status(failure, "InternalError", "injected failure"))
         elif kind is None or (kind == "workloads" and not api.kueue):

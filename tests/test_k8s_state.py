@@ -270,3 +270,19 @@ def test_bad_kubernetes_settings_are_refused(
     with pytest.raises(SettingsError) as err:
         load_settings(env={}, overrides={"kubernetes": {key: value}})
     assert needle in str(err.value)
+
+
+def test_a_saved_resource_version_the_server_keeps_refusing_is_given_up(
+    fake: FakeKubeApi, session: Session
+) -> None:
+    """As after a restore of the API server: watching from the saved version keeps failing
+    (here HTTP 500, for a real server a 504 "too large resource version"): relist instead."""
+    fake.put("pods", running(pod("busy")))
+    session.start(kueue=False).wait_events(3)
+    session.stop()
+    fake.put("pods", ended(pod("busy"), "Succeeded"), event=False)
+    fake.fail_next(500, 500, 500, kind="pods")
+    second = session.start(kueue=False)
+    second.wait_events(1)
+    assert [(e.job_id, e.event) for e in second.events] == [("uid-busy", "finished")]
+    assert len(fake.list_requests("pods")) == 2  # the first run's, and the relist

@@ -16,6 +16,9 @@ see the namespace and the pod template's labels, which the pods will carry):
   else the first) and goes on as that job and attempt: the steps the slot emitted (submitted,
   admitted) are not emitted again, so its wait runs from the Workload's creation and no second
   job appears. A pod that finds no free slot (a Job's retry) is a job of its own, by pod UID.
+  Pods owned by a job's children (a JobSet's Jobs, a RayJob's RayCluster) carry no UID of the
+  job: such a pod takes a slot of the admitted Workload in its namespace whose job's name
+  begins its own ("<job>-...", the longest such name) if it was created after the admission.
 * **Requeues are attempts.** When an admitted Workload is evicted and waits again with no live
   pod, its slots (or, if it had none, new ones) wait as the next attempt, from the eviction.
 * **Endings.** A slot that never got a pod ends with its Workload: ``cancelled`` when the
@@ -29,7 +32,7 @@ A Workload first seen admitted, or with live pods, has no slots: its pods are jo
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .k8s_objects import PodSetView, PodView, WorkloadView
 from .k8s_state import Slot, Track
@@ -192,6 +195,23 @@ class QueuedWorkloads:
         )
         slot.track, slot.pod = None, v.uid
         return Track(v, queued.tenant, set(queued.done), v.gated, None, slot.job_id, slot.attempt)
+
+    def claimant(self, v: PodView, workloads: Mapping[str, WorkloadView]) -> str | None:
+        """The Workload a pod that names none is from: by name (see the module docstring)."""
+        best: tuple[int, str] | None = None
+        for key, slots in self.slots.items():
+            wl = workloads.get(key)
+            if (
+                wl is not None
+                and wl.admitted
+                and wl.namespace == v.namespace
+                and wl.owner_name
+                and v.name.startswith(f"{wl.owner_name}-")
+                and (wl.admitted_at is None or v.created >= wl.admitted_at)
+                and any(s.free for s in slots)
+            ):
+                best = max(best or (0, ""), (len(wl.owner_name), key))
+        return best[1] if best else None
 
     def _advance(
         self, slot: Slot, wl: WorkloadView, deleted: bool, now: dt.datetime

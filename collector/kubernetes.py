@@ -535,7 +535,8 @@ class KubernetesCollector:
             if self.gpu_pods_only and not (v.whole_gpus or v.shared_gpus or v.mig):
                 return
             wl = self._workload_for(v)
-            adopted = self._queued.adopt(f"{wl.namespace}/{wl.name}", v) if wl else None
+            key = f"{wl.namespace}/{wl.name}" if wl else self._queued.claimant(v, self._workloads)
+            adopted = self._queued.adopt(key, v) if key else None
             track = self._pods[v.uid] = adopted or Track(
                 v,
                 self.tenants.resolve(namespace=v.namespace, labels=v.labels),

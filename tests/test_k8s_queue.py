@@ -29,6 +29,7 @@ from k8s_helpers import (
     later,
     load,
     make,
+    pod,
     running,
     steps,
     workload,
@@ -266,3 +267,33 @@ def test_queue_analytics_count_a_suspended_job_from_its_workload(
         ("job-later/w-1", 1),
         ("job-train", 3),  # submitted, admitted, started: one job, not two
     ]
+
+
+def test_pods_of_a_job_s_children_take_its_slots_by_name(
+    fake: FakeKubeApi, start: Callable[..., Runner]
+) -> None:
+    """A JobSet's pods are owned by its Jobs, not by the JobSet the Workload stands for."""
+    wl = workload("js", job_uid="jobset-js", sets=[("workers", 2, "1")])
+    wl["metadata"]["ownerReferences"][0].update(kind="JobSet", name="js")
+    fake.put("workloads", wl)
+    fake.put("workloads", workload("js-other", job_uid="jobset-js-other"))
+    runner = start()
+    runner.wait_events(3)
+    fake.put("workloads", admitted(wl, -5))
+    fake.put("workloads", admitted(workload("js-other", job_uid="jobset-js-other"), -5))
+    runner.wait_events(6)
+    for name in ("js-workers-0-0-abcde", "js-workers-0-1-fghij", "js-other-main-0-0-klmno"):
+        child = pod(name, resources={"nvidia.com/gpu": "1"})  # owned by a Job of the JobSet
+        fake.put("pods", running(child))
+    runner.wait_events(9)
+    time.sleep(0.1)
+    started = {e.name: (e.job_id, e.attempt) for e in runner.events if e.event == "started"}
+    assert started == {
+        "js-workers-0-0-abcde": ("jobset-js/workers-0", 0),
+        "js-workers-0-1-fghij": ("jobset-js/workers-1", 0),
+        "js-other-main-0-0-klmno": ("jobset-js-other", 0),  # the longest job name wins
+    }
+    assert once_each(runner.events)
+    late = pod("js-workers-0-0-retry", resources={"nvidia.com/gpu": "1"})
+    fake.put("pods", late)  # no free slot left: a job of its own
+    assert runner.wait_events(10)[-1].job_id == "uid-js-workers-0-0-retry"

@@ -181,8 +181,8 @@ def group_token(batch_ids: Iterable[str]) -> str:
 
 @dataclasses.dataclass
 class _Item:
-    """A spooled batch waiting to be grouped; ``batch`` is None when it must be read back
-    (``rows`` is then -1), and ``held`` the bytes it counts against the memory budget."""
+    """A spooled batch waiting to be grouped: ``batch`` is None when it must be read back
+    (``rows`` is -1 until it is), ``held`` the bytes it counts against the memory budget."""
 
     spooled: SpooledBatch
     rows: int
@@ -444,7 +444,13 @@ class Coalescer:
             if batch is not None:
                 kept.append(member)
                 batches.append(batch)
-        log.info("replaying group %s (%d batches) under token %s", path.name, len(kept), token)
+        log.warning(
+            "group %s (%d batches) was not finished before the last stop: writing it again "
+            "under token %s (whatever of it was written is dropped as a duplicate)",
+            path.name,
+            len(kept),
+            token,
+        )
         return Group(path, token, now, kept, batches, self._started)
 
     def _write_until_done(self, group: Group) -> bool:

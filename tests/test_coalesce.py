@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
+import re
 import shutil
 import threading
 import time
@@ -38,6 +39,7 @@ from collector.records import (
 from collector.spool import dump_batch
 from gpuledger.coalesce import AcceptedIds, CoalesceError, Coalescer, group_token
 from gpuledger.server import register
+from gpuledger.settings import SettingsError, load_settings
 from warehouse.client import Warehouse
 from warehouse.ingest import Ingestor
 from warehouse.migrate import RenderOptions, migrate
@@ -383,3 +385,23 @@ def test_accepted_ids_last_the_window_and_survive_restarts(tmp_path: Path) -> No
     again.add(["c"])  # the first hour is now out of the window
     assert "a7" not in again and "b" in again and "c" in again
     assert len(os.listdir(tmp_path / "ids")) == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("COALESCE_MAX_ROWS", "0", "server.coalesce_max_rows 0 must be at least 1"),
+        ("COALESCE_MAX_MS", "-5", "server.coalesce_max_ms -5 must be within 0-60000"),
+        ("SPOOL_MAX_BYTES", "1000", "server.spool_max_bytes must be at least 1 MiB"),
+        ("DEDUP_WINDOW_S", "10", "server.dedup_window_s 10 must be at least 60"),
+    ],
+)
+def test_server_settings_are_validated(key: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=re.escape(message)):
+        load_settings(env={f"GPULEDGER_SERVER__{key}": value})
+    defaults = load_settings(env={}).server
+    assert (defaults.spool_dir, defaults.coalesce_max_rows, defaults.coalesce_max_ms) == (
+        "",
+        50_000,
+        1000,
+    )

@@ -1,4 +1,5 @@
-"""`make bench`: ingest throughput and demo backfill time, on the embedded engine.
+"""`make bench`: ingest throughput (direct, and agents' batches through a server) and demo
+backfill time, on the embedded engine.
 
 Prints one line per figure and writes them to ``benchmarks/out/results.json``.
 """
@@ -188,8 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         engine.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    from benchmarks import bench_dcgm, bench_kubernetes, bench_nvml
+    from benchmarks import bench_dcgm, bench_kubernetes, bench_nvml, bench_server
 
+    # Agents' small batches into a `gpuledger serve` process, one insert per batch against
+    # coalesced (a server subprocess: started after this process closed its engine).
+    results["server_ingest"] = bench_server.run(200 if args.quick else 1000)
     results["dcgm"] = bench_dcgm.run()
     results["nvml"] = bench_nvml.run(polls=100 if args.quick else 500)
     results["kubernetes"] = bench_kubernetes.run(1000 if args.quick else 5000)

@@ -197,7 +197,7 @@ def test_a_requeued_workload_waits_again_as_the_next_attempt(
     fake.put("pods", running(first))
     runner.wait_events(3)
     fake.put("workloads", evicted(wl, 10))  # preempted: Kueue suspends the Job ...
-    eventually(lambda: runner.collector._workloads["ml-vision/job-train-1a2b3"].eviction)
+    eventually(lambda: runner.collector.tracker._workloads["ml-vision/job-train-1a2b3"].eviction)
     fake.put("pods", ended(first, "Failed", "Error", 143))  # ... and its pod dies
     runner.wait_events(5)
     fake.put("workloads", admitted(wl, 40))
@@ -226,7 +226,7 @@ def test_a_workload_with_live_pods_is_not_reported_twice(
     runner.wait_events(1)
     time.sleep(0.1)
     assert [(e.job_id, e.event) for e in runner.events] == [("uid-train-aaaaa", "submitted")]
-    assert runner.collector._queued.slots == {}
+    assert runner.collector.tracker._queued.slots == {}
 
 
 # -- queue analytics, through the real embedded warehouse --------------------------------------

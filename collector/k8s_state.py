@@ -86,15 +86,19 @@ def _dt(value: Any) -> dt.datetime | None:
     return ts
 
 
-def _pod_view(v: PodView) -> dict[str, Any]:
-    d = v._asdict()
+def _pod_view(v: PodView) -> list[Any]:
+    """A row in ``PodView._fields`` order (the file names them once), without the labels: they
+    count only when a pod is first seen (tenant, slot) and are much of a pod's size."""
+    d = v._asdict() | {"labels": {}}
     for key in ("created", "scheduled_at", "started_at", "ended_at"):
         d[key] = _t(d[key])
-    return d
+    return list(d.values())
 
 
-def _read_pod_view(d: dict[str, Any]) -> PodView:
-    d = dict(d)
+def _read_pod_view(row: list[Any]) -> PodView:
+    if len(row) != len(PodView._fields):
+        raise ValueError(f"a pod row of {len(row)} fields, expected {len(PodView._fields)}")
+    d = dict(zip(PodView._fields, row, strict=True))
     for key in ("created", "scheduled_at", "started_at", "ended_at"):
         d[key] = _dt(d[key])
     d["mig"] = tuple((str(p), int(n)) for p, n in d["mig"])
@@ -190,6 +194,7 @@ def encode(snapshot: Snapshot, cluster: str, now: dt.datetime) -> bytes:
         "version": VERSION,
         "cluster": cluster,
         "saved_at": _t(now),
+        "pod_fields": PodView._fields,
         "resource_versions": snapshot.resource_versions,
         "nodes": {k: _node(v) for k, v in snapshot.nodes.items()},
         "workloads": {k: _workload(v) for k, v in snapshot.workloads.items()},
@@ -208,6 +213,8 @@ def decode(data: bytes, cluster: str) -> Snapshot:
         raise ValueError(f"state format version {body.get('version')!r}, expected {VERSION}")
     if body.get("cluster") != cluster:
         raise ValueError(f"the state of cluster {body.get('cluster')!r}, not {cluster!r}")
+    if tuple(body.get("pod_fields") or ()) != PodView._fields:
+        raise ValueError("pods saved with other fields (by another gpuledger version)")
     return Snapshot(
         resource_versions={str(k): str(v) for k, v in body["resource_versions"].items() if v},
         nodes={str(k): _read_node(v) for k, v in body["nodes"].items()},

@@ -151,6 +151,15 @@ def mixed_members() -> list[tuple[str, Batch]]:
                 job_events=[JobEvent(t + dt.timedelta(hours=1), "c1", "j1", "finished")],
             ),
         ),
+        (  # records, not a frame, one with a value of the wrong type: coerced per batch
+            "n4:dcgm:d",
+            Batch(
+                samples=[
+                    GpuSample(t, "c1", "n4", "GPU-n4-0", 0, "H100", gpu_util_ratio=0.2),
+                    GpuSample(t, "c1", "n4", "GPU-n4-1", "one", "H100"),  # type: ignore[arg-type]
+                ]
+            ),
+        ),
     ]
 
 
@@ -183,8 +192,8 @@ def test_a_group_writes_what_each_batch_alone_writes(wh: Warehouse, other_wh: Wa
     result = grouped.write_group(members, group_token(b for b, _ in members))
     expected = state(other_wh)
     assert state(wh) == expected
-    assert result.written["gpu_samples"] == 8 + 2 + 8
-    assert result.quarantined_total == len(expected["quarantine"]) == 5  # type: ignore[arg-type]
+    assert result.written["gpu_samples"] == 8 + 2 + 8 + 1
+    assert result.quarantined_total == len(expected["quarantine"]) == 6  # type: ignore[arg-type]
     assert expected["allocations"] == [  # the job opened in one batch and closed in another
         ("j1", "GPU-n1-0", NOW - dt.timedelta(hours=2), NOW - dt.timedelta(hours=1), "finished")
     ]
@@ -194,6 +203,7 @@ def test_a_group_writes_what_each_batch_alone_writes(wh: Warehouse, other_wh: Wa
         "n2:nvml:b:samples",
         "n2:nvml:b:processes",
         "n2:nvml:b:rejects:dcgm",
+        "n4:dcgm:d:samples",
     }
     # the same group again (a replay after a crash): nothing twice, rollups and quarantine too
     grouped.write_group(members, group_token(b for b, _ in members))

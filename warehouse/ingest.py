@@ -96,6 +96,7 @@ _QUARANTINE_COLUMNS = (
     "reason",
     "payload",
 )
+_SAMPLE_SCHEMA = pl.Schema(SAMPLE_SCHEMA)
 Rejects = list[tuple[str, str, str, str]]  # (field, value, reason, payload)
 Check = Callable[[Any], tuple[str, str, str] | None]
 
@@ -422,7 +423,12 @@ class Ingestor:
         for member, batch in members:
             if not len(batch.samples):
                 continue
-            frame, rejects = _coerce_samples(batch.samples)
+            given = batch.samples
+            rejects: Rejects = []
+            if isinstance(given, pl.DataFrame) and given.schema == _SAMPLE_SCHEMA:
+                frame = given  # as _coerce_samples would return it, sooner
+            else:
+                frame, rejects = _coerce_samples(given)
             source = str(frame["source"][0]) if frame.height else ""
             if rejects:
                 keep("gpu_sample", f"{member}:samples", source, rejects)

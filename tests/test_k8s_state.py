@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
+import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -286,3 +288,91 @@ def test_a_saved_resource_version_the_server_keeps_refusing_is_given_up(
     second.wait_events(1)
     assert [(e.job_id, e.event) for e in second.events] == [("uid-busy", "finished")]
     assert len(fake.list_requests("pods")) == 2  # the first run's, and the relist
+
+
+# -- the real process -------------------------------------------------------------------------
+def _kubeconfig(fake: FakeKubeApi, path: Path) -> Path:
+    cluster = {"name": "fake", "cluster": {"server": fake.url}}
+    context = {"name": "fake", "context": {"cluster": "fake", "user": "u"}}
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [context],
+                "current-context": "fake",
+            }
+        )
+    )
+    return path
+
+
+def test_gpuledger_collect_kubernetes_restarted_writes_each_event_once(
+    fake: FakeKubeApi, tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    """``gpuledger collect kubernetes`` into the embedded warehouse, stopped (SIGTERM) and
+    started again: the second run writes only what changed, once."""
+    state = tmp_path / "k8s-state"
+    env = cli_env | {
+        "GPULEDGER_KUBERNETES__STATE_DIR": str(state),
+        "GPULEDGER_AGENT__CLUSTER": "c1",
+        "GPULEDGER_AGENT__STATUS_HOST": "127.0.0.1",
+        "GPULEDGER_AGENT__STATUS_PORT": "0",
+    }
+    data = ["--data-dir", str(tmp_path / "data")]
+    collect = [*gpuledger_cmd, "collect", "kubernetes", *data]
+    collect += ["--kubeconfig", str(_kubeconfig(fake, tmp_path / "kubeconfig"))]
+    cluster_before_the_restart(fake)
+
+    def run_until(done: Callable[[dict[str, Any]], bool]) -> None:
+        proc = subprocess.Popen(collect, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+                assert time.monotonic() < deadline, "the collector did not get there"
+                path = state / "kubernetes-c1.json"
+                if path.exists() and done(json.loads(path.read_text())):
+                    break
+                time.sleep(0.1)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()[-2000:]
+
+    run_until(lambda s: s["pods"].keys() == {"uid-busy", "uid-done", "uid-waiting"})
+    fake.put("pods", ended(pod("busy"), "Succeeded"))
+    fake.put("workloads", admitted(workload(), -5))
+    fake.put("pods", running(job_pod("train-aaaaa")))
+    run_until(lambda s: "started" in s["pods"].get("uid-train-aaaaa", {}).get("done", ()))
+
+    query = (
+        "SELECT job_id, attempt, event, count() FROM gpuledger.job_events "
+        "GROUP BY job_id, attempt, event ORDER BY job_id, attempt, event"
+    )
+    out = subprocess.run(
+        [*gpuledger_cmd, "sql", query, "--format", "csv", *data],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    rows = [line.split(",") for line in out.strip().splitlines()[1:]]
+    assert {(job, event) for job, _, event, _ in rows} == {
+        ("job-train", "submitted"),
+        ("job-train", "admitted"),
+        ("job-train", "started"),
+        ("uid-busy", "submitted"),
+        ("uid-busy", "admitted"),
+        ("uid-busy", "started"),
+        ("uid-busy", "finished"),
+        ("uid-done", "submitted"),
+        ("uid-done", "admitted"),
+        ("uid-done", "started"),
+        ("uid-done", "finished"),
+        ("uid-waiting", "submitted"),
+    }
+    assert {n for *_, n in rows} == {"1"}, out  # nothing twice across the restart

@@ -8,15 +8,18 @@ file per cluster (``kubernetes-<cluster>.json``), so that a restarted collector 
 watches where they were and re-emits nothing it had already handed to its sink.
 
 Writes are atomic (a temporary file in the same directory, fsync, rename, fsync of the
-directory): a crash leaves the old file or the new one, never half of one. A file that cannot
-be read (corrupt, from another version or another cluster) is logged as a warning, kept aside
-as ``<name>.unreadable`` and ignored: the collector starts afresh, as it would without one.
+directory): a crash leaves the old file or the new one, never half of one. A collector holds
+``<name>.lock`` (flock) while it runs; a second one on the same file runs without a state. A
+file that cannot be read (corrupt, from another version or another cluster) is logged as a
+warning, kept aside as ``<name>.unreadable`` and ignored: the collector starts afresh, as it
+would without one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fcntl
 import json
 import logging
 import os
@@ -232,6 +235,36 @@ class StateFile:
         self.cluster = cluster
         self.path = Path(directory) / f"kubernetes-{name}.json"
         self._save_failed = False
+        self._lock_fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Hold ``<file>.lock`` while running: one collector per state file. False (logged) if
+        another process holds it, or the directory cannot be written: run without a state then.
+        """
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            log.warning("cannot use %s for the Kubernetes collector state (%s)", self.path, exc)
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            log.warning(
+                "another collector holds %s (its .lock): this one keeps no state; give each "
+                "collector of cluster %r its own kubernetes.state_dir",
+                self.path,
+                self.cluster,
+            )
+            return False
+        self._lock_fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing drops the lock
+            self._lock_fd = None
 
     def load(self) -> Snapshot | None:
         """The saved snapshot; None (with a warning if a file was there) to start afresh."""

@@ -245,10 +245,14 @@ class KubernetesCollector:
                         w.stop()
                     thread.join(0.05)
             self.save_state()
+            if self.state is not None:
+                self.state.release()
 
     # -- the state file -------------------------------------------------------------------------
     def _restore(self) -> None:
         """Take up the saved state, if there is a usable one (see ``collector.k8s_state``)."""
+        if self.state is not None and not self.state.acquire():
+            self.state = None
         snap = self.state.load() if self.state is not None else None
         if snap is None:
             return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import signal
 import subprocess
 import time
@@ -214,12 +215,28 @@ def test_a_state_directory_that_cannot_be_written_does_not_stop_the_collector(
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     fake.put("pods", pod("a"))
-    runner = Runner(make(api, state_dir=blocker, state_save_interval_s=0.01))
     with caplog.at_level(logging.WARNING):
+        runner = Runner(make(api, state_dir=blocker))
+        runner.thread.start()
+        runner.wait_events(1)  # from the start: it runs without a state
+        assert runner.collector.state is None
+        runner.stop.set()
+        runner.thread.join(5)
+    assert "cannot use" in caplog.text and "not-a-dir" in caplog.text
+
+    state = tmp_path / "state"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        runner = Runner(make(api, state_dir=state, state_save_interval_s=0.01))
         runner.thread.start()
         runner.wait_events(1)
+        with runner.collector._lock:  # no save starts meanwhile (they encode under the lock)
+            time.sleep(0.05)  # and the one in flight, if any, is done
+            shutil.rmtree(state)  # later on: the disk goes away under it
+            state.write_text("")
         fake.put("pods", running(pod("a")))
         runner.wait_events(3)
+        time.sleep(0.1)  # several saves fail meanwhile
         runner.stop.set()
         runner.thread.join(5)
     assert not runner.thread.is_alive()
@@ -376,3 +393,22 @@ def test_gpuledger_collect_kubernetes_restarted_writes_each_event_once(
         ("uid-waiting", "submitted"),
     }
     assert {n for *_, n in rows} == {"1"}, out  # nothing twice across the restart
+
+
+def test_a_second_collector_on_the_same_state_file_keeps_none(
+    fake: FakeKubeApi, session: Session, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.put("pods", pod("a"))
+    first = session.start()
+    first.wait_events(1)
+    with caplog.at_level(logging.WARNING):
+        second = session.start()
+        second.wait_events(1)
+    assert "another collector holds" in caplog.text
+    assert first.collector.state is not None and second.collector.state is None
+    session.stop()  # the second one
+    session.runs[0].stop.set()
+    session.runs[0].thread.join(5)
+    third = session.start()  # the lock went with the first one
+    time.sleep(0.2)
+    assert third.collector.state is not None and third.events == []

@@ -70,56 +70,108 @@ H, D, MIN = dt.timedelta(hours=1), dt.timedelta(days=1), dt.timedelta(minutes=1)
 def hm(offset: dt.timedelta) -> str:
     """T + offset as the explanations print it."""
     return f"{T + offset:%Y-%m-%d %H:%M} UTC"
+
+
 POOL = {"train": "H100", "infer": "L40S"}
 
 
 def _gpus() -> list[GpuInventory]:
     long_ago = T - 10 * D
-    rows = [GpuInventory(long_ago, "c1", "train", n, f"{n}-g{i}", i, "H100")
-            for n in ("n1", "n2") for i in (1, 2, 3, 4)]
-    rows += [GpuInventory(long_ago, "c1", "infer", n, f"{n}-g{i}", i, "L40S")
-             for n, i in (("n3", 1), ("n3", 2), ("n4", 1))]
-    rows += [GpuInventory(long_ago, "c1", "train", "n2", "n2-g5", 5, "H100", health="retired",
-                          health_reason="node retired"),
-             GpuInventory(T - 2 * H, "c1", "infer", "n3", "n3-g2", 2, "L40S", health="unhealthy",
-                          health_reason="Xid 79: GPU has fallen off the bus")]
+    rows = [
+        GpuInventory(long_ago, "c1", "train", n, f"{n}-g{i}", i, "H100")
+        for n in ("n1", "n2")
+        for i in (1, 2, 3, 4)
+    ]
+    rows += [
+        GpuInventory(long_ago, "c1", "infer", n, f"{n}-g{i}", i, "L40S")
+        for n, i in (("n3", 1), ("n3", 2), ("n4", 1))
+    ]
+    rows += [
+        GpuInventory(
+            long_ago,
+            "c1",
+            "train",
+            "n2",
+            "n2-g5",
+            5,
+            "H100",
+            health="retired",
+            health_reason="node retired",
+        ),
+        GpuInventory(
+            T - 2 * H,
+            "c1",
+            "infer",
+            "n3",
+            "n3-g2",
+            2,
+            "L40S",
+            health="unhealthy",
+            health_reason="Xid 79: GPU has fallen off the bus",
+        ),
+    ]
     return rows
 
 
 def _nodes() -> list[NodeInventory]:
-    rows = [NodeInventory(T - 10 * D, "c1", pool, n, POOL[pool], count)
-            for pool, n, count in (("train", "n1", 4), ("train", "n2", 5), ("infer", "n3", 2),
-                                   ("infer", "n4", 1))]
-    rows.append(rows[-1]._replace(ts=T - H, state="down",
-                                  state_reason="NodeFailure: kernel panic"))
+    rows = [
+        NodeInventory(T - 10 * D, "c1", pool, n, POOL[pool], count)
+        for pool, n, count in (
+            ("train", "n1", 4),
+            ("train", "n2", 5),
+            ("infer", "n3", 2),
+            ("infer", "n4", 1),
+        )
+    ]
+    rows.append(rows[-1]._replace(ts=T - H, state="down", state_reason="NodeFailure: kernel panic"))
     return rows
 
 
-def _job(job_id: str, tenant: str, pool: str, gpus: int, share: float, submitted: dt.timedelta,
-         started: dt.timedelta | None = None, ended: dt.timedelta | None = None,
-         uuids: tuple[str, ...] = (), priority: int = 500) -> list[JobEvent]:
+def _job(
+    job_id: str,
+    tenant: str,
+    pool: str,
+    gpus: int,
+    share: float,
+    submitted: dt.timedelta,
+    started: dt.timedelta | None = None,
+    ended: dt.timedelta | None = None,
+    uuids: tuple[str, ...] = (),
+    priority: int = 500,
+) -> list[JobEvent]:
     org, project = tenant.split("/")
-    common = dict(cluster="c1", job_id=job_id, tenant=tenant, org=org, project=project,
-                  pool=pool, queue=f"{project.split('-')[0]}-q", gpu_model=POOL[pool],
-                  gpus_requested=gpus * share, gpu_fraction=share, priority=priority,
-                  node=uuids[0].split("-")[0] if uuids else "")
+    common = dict(
+        cluster="c1",
+        job_id=job_id,
+        tenant=tenant,
+        org=org,
+        project=project,
+        pool=pool,
+        queue=f"{project.split('-')[0]}-q",
+        gpu_model=POOL[pool],
+        gpus_requested=gpus * share,
+        gpu_fraction=share,
+        priority=priority,
+        node=uuids[0].split("-")[0] if uuids else "",
+    )
     events = [JobEvent(T + submitted, event="submitted", **common)]
     if started is not None:
         events.append(JobEvent(T + started, event="started", gpu_uuids=uuids, **common))
     if ended is not None:
-        events.append(JobEvent(T + ended, event="finished", gpu_uuids=uuids,
-                               started_at=T + started, **common))  # type: ignore[operator]
+        events.append(
+            JobEvent(T + ended, event="finished", gpu_uuids=uuids, started_at=T + started, **common)
+        )  # type: ignore[operator]
     return events
 
 
 def _events() -> list[JobEvent]:
     return [
-        *_job("nlp-a", "ml/nlp", "train", 3, 1.0, -6 * H, -5 * H, uuids=("n1-g1", "n1-g2",
-                                                                           "n1-g3")),
+        *_job(
+            "nlp-a", "ml/nlp", "train", 3, 1.0, -6 * H, -5 * H, uuids=("n1-g1", "n1-g2", "n1-g3")
+        ),
         *_job("nlp-b", "ml/nlp", "train", 2, 1.0, -3 * H, -3 * H, uuids=("n2-g1", "n2-g2")),
         *_job("vis-run", "ml/vision", "train", 1, 1.0, -2 * H, -2 * H, uuids=("n2-g3",)),
-        *_job("vis-old", "ml/vision", "train", 1, 1.0, -7 * H, -6 * H, -90 * MIN,
-              uuids=("n2-g4",)),
+        *_job("vis-old", "ml/vision", "train", 1, 1.0, -7 * H, -6 * H, -90 * MIN, uuids=("n2-g4",)),
         *_job("chat-a", "prod/chat", "infer", 1, 0.5, -4 * H, -4 * H, uuids=("n3-g1",)),
         *_job("fc-a", "ds/forecast", "infer", 1, 0.25, -H, -H, uuids=("n3-g1",)),
         *_job("vis-early", "ml/vision", "train", 6, 1.0, -2 * H),
@@ -131,26 +183,34 @@ def _events() -> list[JobEvent]:
 
 def _quotas() -> list[Quota]:
     since = T - 30 * D
-    return [Quota(T - 60 * D, "ml/vision", "train", "H100", 0.0, 0.0),
-            Quota(since, "ml/vision", "train", "H100", 4.0, 2.0),
-            Quota(T + D, "ml/vision", "train", "H100", 10.0, 0.0),
-            Quota(since, "ml/nlp", "train", "H100", 4.0, None),
-            Quota(since, "prod/chat", "infer", "L40S", 2.0, 0.0),
-            Quota(since, "ds/forecast", "infer", "L40S", 0.0, 1.0),
-            Quota(T - 30 * MIN, "ds/forecast", "infer", "L40S", 0.0, 0.0)]
+    return [
+        Quota(T - 60 * D, "ml/vision", "train", "H100", 0.0, 0.0),
+        Quota(since, "ml/vision", "train", "H100", 4.0, 2.0),
+        Quota(T + D, "ml/vision", "train", "H100", 10.0, 0.0),
+        Quota(since, "ml/nlp", "train", "H100", 4.0, None),
+        Quota(since, "prod/chat", "infer", "L40S", 2.0, 0.0),
+        Quota(since, "ds/forecast", "infer", "L40S", 0.0, 1.0),
+        Quota(T - 30 * MIN, "ds/forecast", "infer", "L40S", 0.0, 0.0),
+    ]
 
 
 def _samples() -> list[GpuSample]:
-    def series(uuid: str, node: str, start: dt.timedelta, minutes: int, util: float,
-               model: str = "H100") -> list[GpuSample]:
-        return [GpuSample(T + start + i * MIN, "c1", node, uuid, 0, model, gpu_util_ratio=util)
-                for i in range(minutes)]
+    def series(
+        uuid: str, node: str, start: dt.timedelta, minutes: int, util: float, model: str = "H100"
+    ) -> list[GpuSample]:
+        return [
+            GpuSample(T + start + i * MIN, "c1", node, uuid, 0, model, gpu_util_ratio=util)
+            for i in range(minutes)
+        ]
 
-    return [*(s for g in ("n1-g1", "n1-g2", "n1-g3") for s in series(g, "n1", -2 * H, 120, 0.9)),
-            *(s for g in ("n2-g1", "n2-g2") for s in series(g, "n2", -3 * H, 180, 0.01)),
-            *series("n2-g3", "n2", -2 * H, 100, 0.5), *series("n2-g3", "n2", -20 * MIN, 20, 0.02),
-            *series("n3-g1", "n3", -4 * H, 60, 0.6, "L40S"),
-            *series("n3-g1", "n3", -3 * H, 180, 0.01, "L40S")]
+    return [
+        *(s for g in ("n1-g1", "n1-g2", "n1-g3") for s in series(g, "n1", -2 * H, 120, 0.9)),
+        *(s for g in ("n2-g1", "n2-g2") for s in series(g, "n2", -3 * H, 180, 0.01)),
+        *series("n2-g3", "n2", -2 * H, 100, 0.5),
+        *series("n2-g3", "n2", -20 * MIN, 20, 0.02),
+        *series("n3-g1", "n3", -4 * H, 60, 0.6, "L40S"),
+        *series("n3-g1", "n3", -3 * H, 180, 0.01, "L40S"),
+    ]
 
 
 @pytest.fixture
@@ -174,8 +234,11 @@ def test_fragmented_job_waits_on_a_reclaim_behind_two_others(cluster: Warehouse)
     assert e.state == "waiting"
     assert _codes(e) == ["fragmented", "reclaim", "priority"]
     frag, reclaim, ahead = e.reasons
-    assert (frag.numbers["fitting_gpus"], frag.numbers["best_node_gpus"],
-            frag.numbers["nodes_with_room"]) == (2, 1, 2)
+    assert (
+        frag.numbers["fitting_gpus"],
+        frag.numbers["best_node_gpus"],
+        frag.numbers["nodes_with_room"],
+    ) == (2, 1, 2)
     assert "spread over 2 nodes with at most 1 on one; the job needs 2" in frag.message
     assert reclaim.numbers["borrowers"] == {"ml/nlp": 1.0}
     assert (reclaim.numbers["guaranteed_gpus"], reclaim.numbers["held_gpus"]) == (4.0, 1.0)
@@ -189,10 +252,14 @@ def test_over_quota_job_with_no_free_gpu(cluster: Warehouse) -> None:
     e = ex.why_job(cluster, "c1", "vis-early", T)
     assert _codes(e) == ["over_quota", "no_free_gpu", "priority"]
     quota, capacity, ahead = e.reasons
-    assert "holds 1 H100 GPUs in pool train; its guarantee 4 + borrow limit 2 = 6" in \
-        quota.message and "(7 > 6)" in quota.message
-    assert "2 can take a 1 share now (2.00 GPUs free in all, 2 whole); the job needs 6" in \
-        capacity.message
+    assert (
+        "holds 1 H100 GPUs in pool train; its guarantee 4 + borrow limit 2 = 6" in quota.message
+        and "(7 > 6)" in quota.message
+    )
+    assert (
+        "2 can take a 1 share now (2.00 GPUs free in all, 2 whole); the job needs 6"
+        in capacity.message
+    )
     assert ahead.numbers["jobs"] == ["vis-hi"] and ahead.message.startswith("1 job is ahead")
 
 
@@ -202,8 +269,9 @@ def test_job_that_could_start_says_no_blocking_reason(cluster: Warehouse) -> Non
     assert e.reasons[0].numbers["node"] == "n1"
 
 
-def test_shared_gpu_request_with_no_room_waits_on_an_over_limit_borrower(cluster: Warehouse
-                                                                         ) -> None:
+def test_shared_gpu_request_with_no_room_waits_on_an_over_limit_borrower(
+    cluster: Warehouse,
+) -> None:
     e = ex.why_job(cluster, "c1", "chat-wait", T)
     assert _codes(e) == ["no_free_gpu", "reclaim"]
     assert e.reasons[0].numbers["free_gpus"] == 0.25  # n3/g2 unhealthy, n4 down
@@ -222,9 +290,15 @@ def test_jobs_that_are_not_waiting_say_what_they_do(cluster: Warehouse) -> None:
 
 
 def test_capacity_reason_cases() -> None:
-    free = pl.DataFrame({"node": ["a", "a", "b", "c", "d"], "pool": ["p"] * 5,
-                         "gpu_model": ["M", "M", "M", "S", "S"], "capacity": [1.0] * 5,
-                         "free": [1.0, 0.5, 1.0, 1.0, 1.0]})
+    free = pl.DataFrame(
+        {
+            "node": ["a", "a", "b", "c", "d"],
+            "pool": ["p"] * 5,
+            "gpu_model": ["M", "M", "M", "S", "S"],
+            "capacity": [1.0] * 5,
+            "free": [1.0, 0.5, 1.0, 1.0, 1.0],
+        }
+    )
 
     def code(gpus: float, share: float = 1.0, model: str = "M") -> str:
         job = {"gpus_requested": gpus, "gpu_fraction": share, "gpu_model": model, "pool": "p"}
@@ -234,21 +308,24 @@ def test_capacity_reason_cases() -> None:
     assert code(0.5, 0.5) == "capacity_available"
     assert code(3) == "no_free_gpu"
     assert code(2, model="S") == "capacity_available"  # larger than any node: multi-node
-    reason = ex.capacity_reason({"gpus_requested": 1.0, "gpu_fraction": 1.0, "gpu_model": "X",
-                                 "pool": ""}, free)
-    assert reason.code == "no_free_gpu" and "no schedulable X GPU in the inventory" in \
-        reason.message
+    reason = ex.capacity_reason(
+        {"gpus_requested": 1.0, "gpu_fraction": 1.0, "gpu_model": "X", "pool": ""}, free
+    )
+    assert (
+        reason.code == "no_free_gpu" and "no schedulable X GPU in the inventory" in reason.message
+    )
 
 
 # -- why is this GPU idle ---------------------------------------------------------------------
 def test_gpu_allocated_to_an_idle_job(cluster: Warehouse) -> None:
     e = ex.why_gpu(cluster, "c1", "n2-g1", T)
     assert e.state == "idle_allocated"
-    assert f"allocated to nlp-b (ml/nlp, 1 since {hm(-3 * H)}) and has been under 5% " \
-           f"utilisation for 3.0 h (since {hm(-3 * H)}; busiest sample 1%)" in e.summary
+    assert (
+        f"allocated to nlp-b (ml/nlp, 1 since {hm(-3 * H)}) and has been under 5% "
+        f"utilisation for 3.0 h (since {hm(-3 * H)}; busiest sample 1%)" in e.summary
+    )
     shared = ex.why_gpu(cluster, "c1", "n3-g1", T)
-    assert shared.state == "idle_allocated" and _codes(shared) == ["idle_allocated",
-                                                                   "partly_free"]
+    assert shared.state == "idle_allocated" and _codes(shared) == ["idle_allocated", "partly_free"]
     assert shared.reasons[0].numbers["idle_since"] == T - 3 * H  # after the last busy minute
     assert "0.25 of it is free" in shared.to_text()
     assert shared.to_text().count("allocated to") == 1  # the summary is not repeated
@@ -260,23 +337,25 @@ def test_gpu_allocated_to_an_idle_job(cluster: Warehouse) -> None:
 def test_gpu_busy_or_only_briefly_quiet(cluster: Warehouse) -> None:
     assert ex.why_gpu(cluster, "c1", "n1-g1", T).state == "busy"
     quiet = ex.why_gpu(cluster, "c1", "n2-g3", T)
-    assert quiet.state == "busy" and "under 5% for 20 min only (idle counts from 30 min)" in \
-        quiet.summary
+    assert (
+        quiet.state == "busy"
+        and "under 5% for 20 min only (idle counts from 30 min)" in quiet.summary
+    )
 
 
 def test_gpu_unallocated_unhealthy_down_retired(cluster: Warehouse) -> None:
     freed = ex.why_gpu(cluster, "c1", "n2-g4", T)
     assert freed.state == "unallocated"
-    assert f"unallocated since {hm(-90 * MIN)} (1.5 h): last held by job vis-old" in \
-        freed.summary
+    assert f"unallocated since {hm(-90 * MIN)} (1.5 h): last held by job vis-old" in freed.summary
     never = ex.why_gpu(cluster, "c1", "n1-g4", T)
     assert f"not allocated since it became available at {hm(-10 * D)}" in never.summary
     sick = ex.why_gpu(cluster, "c1", "n3-g2", T)
-    assert sick.state == "unhealthy" and f"since {hm(-2 * H)} (2.0 h): Xid 79" in \
-        sick.summary
+    assert sick.state == "unhealthy" and f"since {hm(-2 * H)} (2.0 h): Xid 79" in sick.summary
     down = ex.why_gpu(cluster, "c1", "n4-g1", T)
-    assert down.state == "down" and f"node n4, which is down since {hm(-H)}: " \
-        "NodeFailure: kernel panic" in down.summary
+    assert (
+        down.state == "down"
+        and f"node n4, which is down since {hm(-H)}: NodeFailure: kernel panic" in down.summary
+    )
     assert ex.why_gpu(cluster, "c1", "n2-g5", T).state == "retired"
     assert ex.why_gpu(cluster, "c1", "n3-g2", T - 3 * H).state == "unallocated"  # as of then
     with pytest.raises(ex.ExplainError, match="no GPU 'GPU-x'"):
@@ -287,11 +366,16 @@ def test_gpu_unallocated_unhealthy_down_retired(cluster: Warehouse) -> None:
 def test_tenant_borrowing_with_idle_borrowed_gpus(cluster: Warehouse) -> None:
     e = ex.why_tenant(cluster, "c1", "ml/nlp", T)
     assert e.state == "borrowing"
-    assert e.summary == ("tenant ml/nlp is over its guarantee (borrowing): holds 5 GPUs "
-                         "against 4 guaranteed; borrowed 1 from the cohort, of which 1 idle")
+    assert e.summary == (
+        "tenant ml/nlp is over its guarantee (borrowing): holds 5 GPUs "
+        "against 4 guaranteed; borrowed 1 from the cohort, of which 1 idle"
+    )
     (pool,) = e.facts["pools"]
-    assert (pool["idle_gpus"], pool["idle_borrowed_gpus"], pool["idle_jobs"]) == (2.0, 1.0,
-                                                                                 ["nlp-b"])
+    assert (pool["idle_gpus"], pool["idle_borrowed_gpus"], pool["idle_jobs"]) == (
+        2.0,
+        1.0,
+        ["nlp-b"],
+    )
     assert pool["lenders"] == [{"tenant": "ml/vision", "unused_gpus": 3.0, "waiting_jobs": 3}]
     assert "ml/vision 3 unused (3 waiting)" in e.to_text()
 
@@ -300,7 +384,8 @@ def test_tenant_over_its_limit_and_tenant_within_guarantee(cluster: Warehouse) -
     over = ex.why_tenant(cluster, "c1", "ds/forecast", T)
     assert over.state == "over_limit" and _codes(over) == ["borrowing", "over_limit"]
     assert over.facts["pools"][0]["lenders"] == [
-        {"tenant": "prod/chat", "unused_gpus": 1.5, "waiting_jobs": 1}]
+        {"tenant": "prod/chat", "unused_gpus": 1.5, "waiting_jobs": 1}
+    ]
     before = ex.why_tenant(cluster, "c1", "ds/forecast", T - 45 * MIN)  # limit was still 1
     assert before.state == "borrowing"
     fine = ex.why_tenant(cluster, "c1", "ml/vision", T)  # the -60d and +1d quotas do not apply
@@ -314,18 +399,17 @@ def test_quotas_apply_per_cluster(cluster: Warehouse) -> None:
     """A quota for another cluster changes nothing in c1; one for c1 itself wins over the
     cluster-wide rows ('') of the same tenant, pool and model even when it is older."""
     ing = Ingestor(cluster, 35, now=lambda: T + 20 * MIN)
-    ing.write_config(quotas=[Quota(T - 30 * D, "ml/vision", "train", "H100", 50.0, 0.0,
-                                   cluster="c2")])
+    ing.write_config(
+        quotas=[Quota(T - 30 * D, "ml/vision", "train", "H100", 50.0, 0.0, cluster="c2")]
+    )
     assert _codes(ex.why_job(cluster, "c1", "vis-early", T))[0] == "over_quota"
-    assert ex.why_tenant(cluster, "c1", "ml/vision", T).facts["pools"][0][
-        "guaranteed_gpus"] == 4.0
-    assert ex.why_tenant(cluster, "c2", "ml/vision", T).facts["pools"][0][
-        "guaranteed_gpus"] == 50.0
-    ing.write_config(quotas=[Quota(T - 40 * D, "ml/vision", "train", "H100", 10.0, 0.0,
-                                   cluster="c1")])
+    assert ex.why_tenant(cluster, "c1", "ml/vision", T).facts["pools"][0]["guaranteed_gpus"] == 4.0
+    assert ex.why_tenant(cluster, "c2", "ml/vision", T).facts["pools"][0]["guaranteed_gpus"] == 50.0
+    ing.write_config(
+        quotas=[Quota(T - 40 * D, "ml/vision", "train", "H100", 10.0, 0.0, cluster="c1")]
+    )
     assert "over_quota" not in _codes(ex.why_job(cluster, "c1", "vis-early", T))  # 7 <= 10
-    assert ex.why_tenant(cluster, "c1", "ml/vision", T).facts["pools"][0][
-        "guaranteed_gpus"] == 10.0
+    assert ex.why_tenant(cluster, "c1", "ml/vision", T).facts["pools"][0]["guaranteed_gpus"] == 10.0
     # the other tenants still read their cluster-wide rows
     assert ex.why_tenant(cluster, "c1", "ml/nlp", T).state == "borrowing"
 
@@ -344,9 +428,13 @@ def test_explanations_render_as_json(cluster: Warehouse) -> None:
 # -- a simulated cluster: invariants ------------------------------------------------------------
 def test_simulated_cluster_invariants(wh: Warehouse) -> None:
     now = recent(dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC))
-    settings = load_settings(env={}, overrides={
-        "simulator": {"days": 1, "gpus": 16, "seed": 3, "cluster": "sim"},
-        "warehouse": {"database": wh.database}})
+    settings = load_settings(
+        env={},
+        overrides={
+            "simulator": {"days": 1, "gpus": 16, "seed": 3, "cluster": "sim"},
+            "warehouse": {"database": wh.database},
+        },
+    )
     DemoRun.start(wh, settings, now=now)
     start = now - D
 
@@ -355,13 +443,16 @@ def test_simulated_cluster_invariants(wh: Warehouse) -> None:
     assert 0 <= report.cluster_fgd_gpus <= report.free_gpus + 1e-9
     assert (report.per_node["fgd_gpus"] <= report.per_node["free_gpus"] + 1e-9).all()
     assert report.per_tenant_stranded["stranded_gpus"].sum() == pytest.approx(
-        report.cluster_fgd_gpus)
+        report.cluster_fgd_gpus
+    )
     series = fr.stranded_gpu_hours(wh, "sim", start, now)
     assert series.height == 24
-    assert ((series["stranded_gpus"] >= 0)
-            & (series["stranded_gpus"] <= series["free_gpus"] + 1e-9)).all()
-    assert fr.stranded_by_tenant(wh, "sim", start, now)["stranded_gpu_hours"].sum() == \
-        pytest.approx(series["stranded_gpu_hours"].sum())
+    assert (
+        (series["stranded_gpus"] >= 0) & (series["stranded_gpus"] <= series["free_gpus"] + 1e-9)
+    ).all()
+    assert fr.stranded_by_tenant(wh, "sim", start, now)[
+        "stranded_gpu_hours"
+    ].sum() == pytest.approx(series["stranded_gpu_hours"].sum())
 
     waits = qu.wait_times(wh, "sim", start, now, by=())
     assert waits["attempts"][0] > 0 and waits["p50_s"][0] >= 0
@@ -382,10 +473,16 @@ def test_simulated_cluster_invariants(wh: Warehouse) -> None:
     for e in idle:
         if e.state == "idle_allocated":  # the rollup agrees: nothing reached 5% since
             since = e.reasons[0].numbers["idle_since"]
-            peak = wh.rows(f"SELECT max(util_ratio_max) FROM {wh.database}.gpu_samples_1m "
-                           "WHERE gpu_uuid = {g:String} AND ts >= {s:DateTime64(3, 'UTC')}",
-                           {"g": e.subject_id, "s": since})[0][0]
+            peak = wh.rows(
+                f"SELECT max(util_ratio_max) FROM {wh.database}.gpu_samples_1m "
+                "WHERE gpu_uuid = {g:String} AND ts >= {s:DateTime64(3, 'UTC')}",
+                {"g": e.subject_id, "s": since},
+            )[0][0]
             assert peak < 0.05
         else:  # nobody holds it now
-            assert e.subject_id not in fr.free_state(wh, "sim", now).filter(
-                pl.col("held") > 0)["gpu_uuid"].to_list()
+            assert (
+                e.subject_id
+                not in fr.free_state(wh, "sim", now)
+                .filter(pl.col("held") > 0)["gpu_uuid"]
+                .to_list()
+            )

@@ -72,24 +72,42 @@ D = dt.timedelta(days=1)
 H100, L40S = "NVIDIA H100 80GB HBM3", "NVIDIA L40S"
 
 
-def _gpu(node: str, index: int, model: str, ts: dt.datetime = T - 10 * D, **kw: object
-         ) -> GpuInventory:
+def _gpu(
+    node: str, index: int, model: str, ts: dt.datetime = T - 10 * D, **kw: object
+) -> GpuInventory:
     pool = "train" if model == H100 else "infer"
     return GpuInventory(ts, "c1", pool, node, f"{node}-g{index}", index, model, **kw)
 
 
-def _job(job_id: str, tenant: str, model: str, uuids: tuple[str, ...], share: float,
-         start: dt.datetime, end: dt.datetime | None = None) -> list[JobEvent]:
+def _job(
+    job_id: str,
+    tenant: str,
+    model: str,
+    uuids: tuple[str, ...],
+    share: float,
+    start: dt.datetime,
+    end: dt.datetime | None = None,
+) -> list[JobEvent]:
     org, project = tenant.split("/")
-    common = dict(cluster="c1", job_id=job_id, tenant=tenant, org=org, project=project,
-                  pool="train" if model == H100 else "infer", queue=f"{project}-q",
-                  gpu_model=model, gpus_requested=len(uuids) * share, gpu_fraction=share,
-                  node=uuids[0].rsplit("-", 1)[0])
-    events = [JobEvent(start - 10 * 60 * dt.timedelta(seconds=1), event="submitted", **common),
-              JobEvent(start, event="started", gpu_uuids=uuids, **common)]
+    common = dict(
+        cluster="c1",
+        job_id=job_id,
+        tenant=tenant,
+        org=org,
+        project=project,
+        pool="train" if model == H100 else "infer",
+        queue=f"{project}-q",
+        gpu_model=model,
+        gpus_requested=len(uuids) * share,
+        gpu_fraction=share,
+        node=uuids[0].rsplit("-", 1)[0],
+    )
+    events = [
+        JobEvent(start - 10 * 60 * dt.timedelta(seconds=1), event="submitted", **common),
+        JobEvent(start, event="started", gpu_uuids=uuids, **common),
+    ]
     if end is not None:
-        events.append(JobEvent(end, event="finished", gpu_uuids=uuids, started_at=start,
-                               **common))
+        events.append(JobEvent(end, event="finished", gpu_uuids=uuids, started_at=start, **common))
     return events
 
 
@@ -97,24 +115,42 @@ def write_cluster(wh: Warehouse) -> Ingestor:
     ing = Ingestor(wh, 35, now=lambda: T + 2 * H)
     gpus = [_gpu(n, i, H100) for n in ("n1", "n2", "n3") for i in (1, 2, 3, 4)]
     gpus += [_gpu(n, i, L40S) for n in ("n4", "n5") for i in (1, 2)]
-    gpus += [_gpu("n2", 5, H100, health="retired", health_reason="decommissioned"),
-             _gpu("n3", 4, H100, ts=T - 2 * H, health="unhealthy",
-                  health_reason="Xid 79: GPU has fallen off the bus"),
-             _gpu("n1", 3, H100, ts=T + H, health="unhealthy", health_reason="Xid 48")]
+    gpus += [
+        _gpu("n2", 5, H100, health="retired", health_reason="decommissioned"),
+        _gpu(
+            "n3",
+            4,
+            H100,
+            ts=T - 2 * H,
+            health="unhealthy",
+            health_reason="Xid 79: GPU has fallen off the bus",
+        ),
+        _gpu("n1", 3, H100, ts=T + H, health="unhealthy", health_reason="Xid 48"),
+    ]
     ing.write_gpus(gpus)
-    nodes = [NodeInventory(T - 10 * D, "c1", "train" if n < "n4" else "infer", n,
-                           H100 if n < "n4" else L40S, 4 if n < "n4" else 2)
-             for n in ("n1", "n2", "n3", "n4", "n5")]
-    nodes.append(nodes[-1]._replace(ts=T - 3 * H, state="down",
-                                    state_reason="NodeFailure: PSU failure"))
+    nodes = [
+        NodeInventory(
+            T - 10 * D,
+            "c1",
+            "train" if n < "n4" else "infer",
+            n,
+            H100 if n < "n4" else L40S,
+            4 if n < "n4" else 2,
+        )
+        for n in ("n1", "n2", "n3", "n4", "n5")
+    ]
+    nodes.append(
+        nodes[-1]._replace(ts=T - 3 * H, state="down", state_reason="NodeFailure: PSU failure")
+    )
     ing.write_nodes(nodes)
     events = [
         *_job("j0", "ml/vision", H100, ("n2-g1",), 1.0, T - 5 * H, T - H),
         *_job("j1", "ml/vision", H100, ("n1-g1",), 1.0, T - 3 * H),
         *_job("j2", "ml/nlp", H100, ("n1-g2",), 0.5, T - 2 * H),
         *_job("j3", "ml/nlp", H100, ("n3-g1", "n3-g2", "n3-g3"), 1.0, T - 4 * H),
-        *_job("j9", "ml/nlp", H100, tuple(f"n2-g{i}" for i in (1, 2, 3, 4)), 1.0,
-              T - 3 * D, T - 2 * D),
+        *_job(
+            "j9", "ml/nlp", H100, tuple(f"n2-g{i}" for i in (1, 2, 3, 4)), 1.0, T - 3 * D, T - 2 * D
+        ),
         *_job("j10", "ml/nlp", H100, ("n2-g1", "n2-g2"), 1.0, T - 8 * D, T - 8 * D + H),
         *_job("j4", "ml/vision", L40S, ("n4-g1",), 0.25, T - H),
         *_job("j5", "prod/chat", L40S, ("n4-g1",), 0.25, T - H),
@@ -133,8 +169,7 @@ def cluster(wh: Warehouse) -> Warehouse:
 
 def _rows(frame, *cols: str) -> dict[tuple, float]:  # type: ignore[no-untyped-def]
     value = cols[-1]
-    return {tuple(r[c] for c in cols[:-1]): round(r[value], 6)
-            for r in frame.iter_rows(named=True)}
+    return {tuple(r[c] for c in cols[:-1]): round(r[value], 6) for r in frame.iter_rows(named=True)}
 
 
 # -- the pure measure ---------------------------------------------------------------------------
@@ -151,10 +186,20 @@ def test_task_fragment_follows_the_papers_cases() -> None:
 
 
 def test_node_fgd_weights_by_popularity_and_scope() -> None:
-    mix = [Task(1, 1.0, "A", 2), Task(1, 0.5, "A", 1), Task(3, 1.0, "A", 1),
-           Task(4, 1.0, "A", 1), Task(1, 0.25, "B", 2), Task(1, 0.75, "B", 1)]
-    mix = list(fr.mix_from_counts({"gpu_model": t.gpu_model, "gpus": t.gpus, "share": t.share,
-                                   "attempts": t.popularity} for t in mix))
+    mix = [
+        Task(1, 1.0, "A", 2),
+        Task(1, 0.5, "A", 1),
+        Task(3, 1.0, "A", 1),
+        Task(4, 1.0, "A", 1),
+        Task(1, 0.25, "B", 2),
+        Task(1, 0.75, "B", 1),
+    ]
+    mix = list(
+        fr.mix_from_counts(
+            {"gpu_model": t.gpu_model, "gpus": t.gpus, "share": t.share, "attempts": t.popularity}
+            for t in mix
+        )
+    )
     assert sum(t.popularity for t in mix) == pytest.approx(1.0)
     assert fr.node_fgd([0, 0.5, 1, 1], "A", mix) == pytest.approx(1.2)
     assert fr.node_fgd([0, 0.5, 1, 1], "A", mix, "cluster") == pytest.approx(1.6875)
@@ -171,16 +216,22 @@ def test_split_by_holders_conserves_the_amount() -> None:
 
 
 shares = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0])
-tasks = st.builds(Task, gpus=st.integers(1, 9), share=st.sampled_from([0.25, 0.5, 0.75, 1.0]),
-                  gpu_model=st.sampled_from(["", "A", "B"]),
-                  popularity=st.floats(0.01, 10, allow_nan=False))
+tasks = st.builds(
+    Task,
+    gpus=st.integers(1, 9),
+    share=st.sampled_from([0.25, 0.5, 0.75, 1.0]),
+    gpu_model=st.sampled_from(["", "A", "B"]),
+    popularity=st.floats(0.01, 10, allow_nan=False),
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(free=st.lists(shares, max_size=8), model=st.sampled_from(["A", "B"]),
-       mix=st.lists(tasks, min_size=1, max_size=6))
-def test_fgd_is_bounded_by_the_free_share(free: list[float], model: str,
-                                          mix: list[Task]) -> None:
+@given(
+    free=st.lists(shares, max_size=8),
+    model=st.sampled_from(["A", "B"]),
+    mix=st.lists(tasks, min_size=1, max_size=6),
+)
+def test_fgd_is_bounded_by_the_free_share(free: list[float], model: str, mix: list[Task]) -> None:
     total = sum(free)
     for scope in fr.SCOPES:
         value = fr.node_fgd(free, model, mix, scope)
@@ -190,8 +241,11 @@ def test_fgd_is_bounded_by_the_free_share(free: list[float], model: str,
 
 
 @settings(max_examples=200, deadline=None)
-@given(n=st.integers(1, 8), model=st.sampled_from(["A", "B"]),
-       mix=st.lists(tasks, min_size=1, max_size=6))
+@given(
+    n=st.integers(1, 8),
+    model=st.sampled_from(["A", "B"]),
+    mix=st.lists(tasks, min_size=1, max_size=6),
+)
 def test_entirely_free_or_full_nodes(n: int, model: str, mix: list[Task]) -> None:
     for scope in fr.SCOPES:
         assert fr.node_fgd([0.0] * n, model, mix, scope) == 0.0  # nothing free to strand
@@ -213,16 +267,33 @@ def test_fragmentation_at_matches_the_hand_computed_table(cluster: Warehouse) ->
     nodes = {r["node"]: r for r in report.per_node.iter_rows(named=True)}
     assert sorted(nodes) == ["n1", "n2", "n3", "n4"]  # n5 is down
     assert {n: round(r["fgd_gpus"], 6) for n, r in nodes.items()} == {
-        "n1": 1.2, "n2": 0.0, "n3": 0.0, "n4": 0.25}
+        "n1": 1.2,
+        "n2": 0.0,
+        "n3": 0.0,
+        "n4": 0.25,
+    }
     assert {n: r["gpus"] for n, r in nodes.items()} == {"n1": 4, "n2": 4, "n3": 3, "n4": 2}
     assert {n: r["whole_free_gpus"] for n, r in nodes.items()} == {
-        "n1": 2, "n2": 4, "n3": 0, "n4": 0}
+        "n1": 2,
+        "n2": 4,
+        "n3": 0,
+        "n4": 0,
+    }
     assert _rows(report.per_tenant_stranded, "tenant", "gpu_model", "stranded_gpus") == {
-        ("ml/vision", H100): 0.8, ("ml/nlp", H100): 0.4, ("ml/vision", L40S): 0.05,
-        ("prod/chat", L40S): 0.2}
+        ("ml/vision", H100): 0.8,
+        ("ml/nlp", H100): 0.4,
+        ("ml/vision", L40S): 0.05,
+        ("prod/chat", L40S): 0.2,
+    }
     mix = _rows(report.task_mix, "gpu_model", "gpus", "share", "popularity")
-    assert mix == {(H100, 1, 1.0): 0.25, (H100, 1, 0.5): 0.125, (H100, 3, 1.0): 0.125,
-                   (H100, 4, 1.0): 0.125, (L40S, 1, 0.25): 0.25, (L40S, 1, 0.75): 0.125}
+    assert mix == {
+        (H100, 1, 1.0): 0.25,
+        (H100, 1, 0.5): 0.125,
+        (H100, 3, 1.0): 0.125,
+        (H100, 4, 1.0): 0.125,
+        (L40S, 1, 0.25): 0.25,
+        (L40S, 1, 0.75): 0.125,
+    }
     largest = {r["gpu_model"]: r for r in report.largest_startable.iter_rows(named=True)}
     assert (largest[H100]["one_node_gpus"], largest[H100]["total_gpus"]) == (4, 6)
     assert (largest[L40S]["one_node_gpus"], largest[L40S]["total_gpus"]) == (0, 0)
@@ -253,27 +324,36 @@ def test_a_shorter_window_changes_the_task_mix(cluster: Warehouse) -> None:
 def test_stranded_gpu_hours_hourly(cluster: Warehouse) -> None:
     got = fr.stranded_gpu_hours(cluster, "c1", T - 2 * H, T + H)
     assert _rows(got, "ts", "gpu_model", "stranded_gpus") == {
-        (T - 2 * H, H100): 1.8, (T - 2 * H, L40S): 0.0, (T - H, H100): 1.2,
-        (T - H, L40S): 0.25, (T, H100): 1.2, (T, L40S): 0.25}
+        (T - 2 * H, H100): 1.8,
+        (T - 2 * H, L40S): 0.0,
+        (T - H, H100): 1.2,
+        (T - H, L40S): 0.25,
+        (T, H100): 1.2,
+        (T, L40S): 0.25,
+    }
     assert got["stranded_gpu_hours"].sum() == pytest.approx(4.7)
     assert _rows(got, "ts", "gpu_model", "free_gpus")[(T - 2 * H, L40S)] == 2.0
     # the last step is clipped at the window's end
-    clipped = fr.stranded_gpu_hours(cluster, "c1", T - 2 * H, T + 30 * 60 * dt.timedelta(
-        seconds=1))
+    clipped = fr.stranded_gpu_hours(cluster, "c1", T - 2 * H, T + 30 * 60 * dt.timedelta(seconds=1))
     assert clipped["stranded_gpu_hours"].sum() == pytest.approx(1.8 + 1.45 + 0.725)
     # the series agrees with the instant at each step
     assert got.filter(got["ts"] == T)["stranded_gpus"].sum() == pytest.approx(
-        fr.fragmentation_at(cluster, "c1", T).cluster_fgd_gpus)
+        fr.fragmentation_at(cluster, "c1", T).cluster_fgd_gpus
+    )
     tenants = fr.stranded_by_tenant(cluster, "c1", T - 2 * H, T + H)
     assert _rows(tenants, "tenant", "gpu_model", "stranded_gpu_hours") == {
-        ("ml/vision", H100): 3.0, ("ml/nlp", H100): 1.2, ("ml/vision", L40S): 0.1,
-        ("prod/chat", L40S): 0.4}
+        ("ml/vision", H100): 3.0,
+        ("ml/nlp", H100): 1.2,
+        ("ml/vision", L40S): 0.1,
+        ("prod/chat", L40S): 0.4,
+    }
 
 
 def test_unplaced_allocations_are_reported_not_placed(cluster: Warehouse) -> None:
     ing = Ingestor(cluster, 35, now=lambda: T + 2 * H)
-    ing.write_job_events([JobEvent(T - H, "c1", "trace-1", "started", tenant="ml/nlp",
-                                   gpus_requested=2.0)])
+    ing.write_job_events(
+        [JobEvent(T - H, "c1", "trace-1", "started", tenant="ml/nlp", gpus_requested=2.0)]
+    )
     report = fr.fragmentation_at(cluster, "c1", T)
     assert report.unplaced_held_gpus == 2.0
     assert report.free_gpus == pytest.approx(7.25)  # no node's free state changes

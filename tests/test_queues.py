@@ -58,31 +58,48 @@ def m(minutes: float) -> dt.datetime:
 
 
 JOBS = {  # job: (tenant, model, GPUs, share)
-    "a1": ("ml/vision", H100, 2, 1.0), "a2": ("ml/vision", H100, 1, 1.0),
-    "a3": ("ml/vision", H100, 1, 1.0), "a4": ("ml/vision", H100, 1, 1.0),
-    "a5": ("ml/vision", H100, 1, 1.0), "b1": ("prod/chat", L40S, 1, 0.5),
-    "b2": ("prod/chat", L40S, 1, 1.0), "b3": ("prod/chat", L40S, 1, 1.0),
-    "b4": ("prod/chat", L40S, 1, 1.0), "c1": ("ml/nlp", H100, 4, 1.0),
+    "a1": ("ml/vision", H100, 2, 1.0),
+    "a2": ("ml/vision", H100, 1, 1.0),
+    "a3": ("ml/vision", H100, 1, 1.0),
+    "a4": ("ml/vision", H100, 1, 1.0),
+    "a5": ("ml/vision", H100, 1, 1.0),
+    "b1": ("prod/chat", L40S, 1, 0.5),
+    "b2": ("prod/chat", L40S, 1, 1.0),
+    "b3": ("prod/chat", L40S, 1, 1.0),
+    "b4": ("prod/chat", L40S, 1, 1.0),
+    "c1": ("ml/nlp", H100, 4, 1.0),
 }
 TIMELINE = [  # (job, attempt, event, minute, reason)
-    ("a1", 0, "submitted", 0, ""), ("a1", 0, "started", 10, ""), ("a1", 0, "finished", 120, ""),
-    ("a2", 0, "submitted", 5, ""), ("a2", 0, "started", 25, ""),
+    ("a1", 0, "submitted", 0, ""),
+    ("a1", 0, "started", 10, ""),
+    ("a1", 0, "finished", 120, ""),
+    ("a2", 0, "submitted", 5, ""),
+    ("a2", 0, "started", 25, ""),
     ("a2", 0, "failed", 60, "OOMKilled"),
-    ("a3", 0, "submitted", 30, ""), ("a3", 0, "started", 90, ""),
+    ("a3", 0, "submitted", 30, ""),
+    ("a3", 0, "started", 90, ""),
     ("a3", 0, "preempted", 120, "preempted by c9-train-000042 (priority class high)"),
-    ("a3", 1, "submitted", 120, ""), ("a3", 1, "started", 180, ""),
+    ("a3", 1, "submitted", 120, ""),
+    ("a3", 1, "started", 180, ""),
     ("a4", 0, "submitted", 60, ""),
-    ("a5", 0, "submitted", 120, ""), ("a5", 0, "started", 150, ""),
+    ("a5", 0, "submitted", 120, ""),
+    ("a5", 0, "started", 150, ""),
     ("a5", 0, "failed", 180, "Xid 79: GPU has fallen off the bus"),
-    ("b1", 0, "submitted", -60, ""), ("b1", 0, "started", 20, ""),
-    ("b2", 0, "submitted", 60, ""), ("b2", 0, "cancelled", 90, "cancelled by user"),
-    ("b3", 0, "submitted", 120, ""), ("b3", 0, "started", 120, ""),
+    ("b1", 0, "submitted", -60, ""),
+    ("b1", 0, "started", 20, ""),
+    ("b2", 0, "submitted", 60, ""),
+    ("b2", 0, "cancelled", 90, "cancelled by user"),
+    ("b3", 0, "submitted", 120, ""),
+    ("b3", 0, "started", 120, ""),
     ("b3", 0, "evicted", 180, "Evicted: node n7 drained for retirement"),
-    ("b4", 0, "submitted", -180, ""), ("b4", 0, "started", -120, ""),
+    ("b4", 0, "submitted", -180, ""),
+    ("b4", 0, "started", -120, ""),
     ("b4", 0, "failed", 30, "OOMKilled"),
-    ("c1", 0, "submitted", 0, ""), ("c1", 0, "started", 60, ""),
+    ("c1", 0, "submitted", 0, ""),
+    ("c1", 0, "started", 60, ""),
     ("c1", 0, "preempted", 90, "preempted by a9 (priority class high)"),
-    ("c1", 1, "started", 120, ""), ("c1", 1, "finished", 180, ""),
+    ("c1", 1, "started", 120, ""),
+    ("c1", 1, "finished", 180, ""),
 ]
 
 
@@ -91,18 +108,31 @@ def _event(job: str, attempt: int, event: str, minute: float, reason: str) -> Jo
     org, project = tenant.split("/")
     placed = event != "submitted" and job != "b2"
     starts = [mm for j, a, e, mm, _ in TIMELINE if j == job and a == attempt and e == "started"]
-    return JobEvent(m(minute), "c1", job, event, attempt=attempt, tenant=tenant, org=org,
-                    project=project, queue=f"{project}-q", pool=model.lower(), gpu_model=model,
-                    gpus_requested=gpus * share, gpu_fraction=share, reason=reason,
-                    gpu_uuids=tuple(f"{job}-gpu{i}" for i in range(gpus)) if placed else (),
-                    started_at=m(starts[0]) if starts and event not in ("submitted", "started")
-                    else None)
+    return JobEvent(
+        m(minute),
+        "c1",
+        job,
+        event,
+        attempt=attempt,
+        tenant=tenant,
+        org=org,
+        project=project,
+        queue=f"{project}-q",
+        pool=model.lower(),
+        gpu_model=model,
+        gpus_requested=gpus * share,
+        gpu_fraction=share,
+        reason=reason,
+        gpu_uuids=tuple(f"{job}-gpu{i}" for i in range(gpus)) if placed else (),
+        started_at=m(starts[0]) if starts and event not in ("submitted", "started") else None,
+    )
 
 
 @pytest.fixture
 def jobs(wh: Warehouse) -> Warehouse:
     Ingestor(wh, 35, now=lambda: T0 + dt.timedelta(hours=5)).write_job_events(
-        [_event(*row) for row in TIMELINE])
+        [_event(*row) for row in TIMELINE]
+    )
     return wh
 
 
@@ -126,8 +156,14 @@ def test_wait_percentiles_per_tenant_queue_and_model(jobs: Warehouse) -> None:
     got = qu.wait_times(jobs, "c1", T0, END)
     rows = {(r["tenant"], r["queue"], r["gpu_model"]): r for r in got.iter_rows(named=True)}
     vision = rows[("ml/vision", "vision-q", H100)]
-    assert (vision["attempts"], vision["p50_s"], vision["p90_s"], vision["p99_s"],
-            vision["mean_s"], vision["max_s"]) == (5, 1800, 3600, 3600, 2160, 3600)
+    assert (
+        vision["attempts"],
+        vision["p50_s"],
+        vision["p90_s"],
+        vision["p99_s"],
+        vision["mean_s"],
+        vision["max_s"],
+    ) == (5, 1800, 3600, 3600, 2160, 3600)
     chat = rows[("prod/chat", "chat-q", L40S)]
     assert chat["attempts"] == 2 and (chat["p50_s"], chat["p99_s"]) == (2400, 4752)
     assert chat["p90_s"] == pytest.approx(4320)
@@ -147,27 +183,34 @@ def test_queue_length_over_time(jobs: Warehouse) -> None:
     assert got["waiting_gpus"].to_list() == [6.5, 3.0, 3.0, 1.0]
     per_tenant = qu.queue_length(jobs, "c1", T0, END, by=("tenant",))
     at_t0 = per_tenant.filter(pl.col("ts") == T0)
-    assert _by_tenant(at_t0, "waiting_gpus") == {"ml/nlp": 4.0, "ml/vision": 2.0,
-                                                 "prod/chat": 0.5}
+    assert _by_tenant(at_t0, "waiting_gpus") == {"ml/nlp": 4.0, "ml/vision": 2.0, "prod/chat": 0.5}
     assert per_tenant.height == 4 * 3  # every instant for every tenant, zeros included
 
 
 def test_outcomes_reasons_and_lost_hours(jobs: Warehouse) -> None:
     rates, reasons, lost = qu.failures(jobs, "c1", T0, END)
     r = {row["tenant"]: row for row in rates.iter_rows(named=True)}
-    assert (r["ml/vision"]["ended"], r["ml/vision"]["failed"], r["ml/vision"]["preempted"]) == \
-        (4, 2, 1)
+    assert (r["ml/vision"]["ended"], r["ml/vision"]["failed"], r["ml/vision"]["preempted"]) == (
+        4,
+        2,
+        1,
+    )
     assert (r["ml/vision"]["failure_rate"], r["ml/vision"]["preemption_rate"]) == (0.5, 0.25)
     assert (r["prod/chat"]["failure_rate"], r["prod/chat"]["preemption_rate"]) == (0.5, 0.5)
     assert (r["prod/chat"]["cancelled_waiting"], r["prod/chat"]["cancelled"]) == (1, 0)
     assert (r["ml/nlp"]["failure_rate"], r["ml/nlp"]["preemption_rate"]) == (0.0, 0.5)
-    assert _by_tenant(lost, "lost_gpu_hours") == {"prod/chat": 3.5, "ml/nlp": 2.0,
-                                                  "ml/vision": 1.58333}
+    assert _by_tenant(lost, "lost_gpu_hours") == {
+        "prod/chat": 3.5,
+        "ml/nlp": 2.0,
+        "ml/vision": 1.58333,
+    }
     assert lost["tenant"].to_list() == ["prod/chat", "ml/nlp", "ml/vision"]  # largest first
     assert _by_tenant(lost, "failed_gpu_hours")["ml/vision"] == 1.08333
     assert _by_tenant(lost, "evicted_gpu_hours")["prod/chat"] == 1.0
-    top = {(x["tenant"], x["end_event"], x["rank"]): (x["reason"], x["attempts"], x["share"])
-           for x in reasons.iter_rows(named=True)}
+    top = {
+        (x["tenant"], x["end_event"], x["rank"]): (x["reason"], x["attempts"], x["share"])
+        for x in reasons.iter_rows(named=True)
+    }
     assert top[("ml/vision", "failed", 1)] == ("OOMKilled", 1, 0.5)  # a tie: by text
     assert top[("ml/vision", "failed", 2)] == ("Xid 79: GPU has fallen off the bus", 1, 0.5)
     assert top[("ml/nlp", "preempted", 1)][0] == "preempted by <job> (priority class high)"
@@ -177,9 +220,14 @@ def test_outcomes_reasons_and_lost_hours(jobs: Warehouse) -> None:
 
 
 def test_pure_functions_on_empty_input() -> None:
-    empty = pl.DataFrame(schema={"tenant": pl.String, "queued_ts": pl.Datetime("ms", "UTC"),
-                                 "left_queue_ts": pl.Datetime("ms", "UTC"),
-                                 "gpus_requested": pl.Float64})
+    empty = pl.DataFrame(
+        schema={
+            "tenant": pl.String,
+            "queued_ts": pl.Datetime("ms", "UTC"),
+            "left_queue_ts": pl.Datetime("ms", "UTC"),
+            "gpus_requested": pl.Float64,
+        }
+    )
     series = qu.queue_length_series(empty, [T0, m(60)])
     assert series["waiting_attempts"].to_list() == [0, 0]
     assert qu.queue_length_series(empty, [T0], by=("tenant",)).height == 0

@@ -61,17 +61,26 @@ class Explanation:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types for JSON: times as ISO 8601, floats rounded to 1e-4."""
-        return _plain({"subject": self.subject, "id": self.subject_id, "cluster": self.cluster,
-                       "at": self.at, "state": self.state, "summary": self.summary,
-                       "reasons": [dataclasses.asdict(r) for r in self.reasons],
-                       "facts": dict(self.facts)})
+        return _plain(
+            {
+                "subject": self.subject,
+                "id": self.subject_id,
+                "cluster": self.cluster,
+                "at": self.at,
+                "state": self.state,
+                "summary": self.summary,
+                "reasons": [dataclasses.asdict(r) for r in self.reasons],
+                "facts": dict(self.facts),
+            }
+        )
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
     def to_text(self) -> str:
-        return "\n".join([self.summary, *(f"  - {r.message}" for r in self.reasons
-                                          if r.message != self.summary)])
+        return "\n".join(
+            [self.summary, *(f"  - {r.message}" for r in self.reasons if r.message != self.summary)]
+        )
 
 
 def _plain(value: Any) -> Any:
@@ -110,8 +119,11 @@ def _when(ts: dt.datetime) -> str:
 def _waiting(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFrame:
     """The job attempts waiting at ``at`` (queued_ts <= at < left_queue_ts)."""
     rows = queues.attempts(wh, cluster, at, at + dt.timedelta(milliseconds=1))
-    return rows.filter(pl.col("queued_ts").is_not_null() & (pl.col("queued_ts") <= at)
-                       & (pl.col("left_queue_ts").is_null() | (pl.col("left_queue_ts") > at)))
+    return rows.filter(
+        pl.col("queued_ts").is_not_null()
+        & (pl.col("queued_ts") <= at)
+        & (pl.col("left_queue_ts").is_null() | (pl.col("left_queue_ts") > at))
+    )
 
 
 def _quota(quotas: pl.DataFrame, tenant: str, pool: str, model: str) -> dict[str, Any] | None:
@@ -134,56 +146,102 @@ def _held(allocs: pl.DataFrame, tenant: str | None, pool: str, model: str) -> fl
     return float(rows["fraction"].sum())
 
 
-def _open_allocations(wh: Warehouse, cluster: str, at: dt.datetime, tenant: str = "",
-                      util_window_s: int = 3600) -> pl.DataFrame:
-    return queries.run(wh, "why_open_allocations", cluster=cluster, at=at, tenant=tenant,
-                       util_window_s=util_window_s)
+def _open_allocations(
+    wh: Warehouse, cluster: str, at: dt.datetime, tenant: str = "", util_window_s: int = 3600
+) -> pl.DataFrame:
+    return queries.run(
+        wh,
+        "why_open_allocations",
+        cluster=cluster,
+        at=at,
+        tenant=tenant,
+        util_window_s=util_window_s,
+    )
 
 
 # -- why is this job waiting ------------------------------------------------------------------
-def why_job(wh: Warehouse, cluster: str, job_id: str, at: dt.datetime | None = None
-            ) -> Explanation:
+def why_job(wh: Warehouse, cluster: str, job_id: str, at: dt.datetime | None = None) -> Explanation:
     """Why ``job_id`` is waiting at ``at``: quota, capacity, fragmentation, priority, reclaim.
 
     A job that is not waiting says what it is doing instead (running, or how it ended).
     """
     at = _at(at)
-    rows = list(queries.run(wh, "why_job", cluster=cluster, job_id=job_id, at=at)
-                .iter_rows(named=True))
+    rows = list(
+        queries.run(wh, "why_job", cluster=cluster, job_id=job_id, at=at).iter_rows(named=True)
+    )
     if not rows:
-        raise ExplainError(f"no job {job_id!r} in cluster {cluster!r} as of {_when(at)}: check "
-                           "the id and the cluster (job ids are the scheduler's, e.g. a pod "
-                           "or Slurm job name)")
+        raise ExplainError(
+            f"no job {job_id!r} in cluster {cluster!r} as of {_when(at)}: check "
+            "the id and the cluster (job ids are the scheduler's, e.g. a pod "
+            "or Slurm job name)"
+        )
     job = rows[-1]
     if job["queued_ts"] is None and len(rows) > 1 and rows[-2]["end_event"] in REQUEUE_EVENTS:
         job = {**job, "queued_ts": rows[-2]["ended_ts"]}
-    shown = ("attempt", "tenant", "queue", "pool", "gpu_model", "priority", "gpus_requested",
-             "gpu_fraction", "queued_ts", "started_ts", "ended_ts", "node")
+    shown = (
+        "attempt",
+        "tenant",
+        "queue",
+        "pool",
+        "gpu_model",
+        "priority",
+        "gpus_requested",
+        "gpu_fraction",
+        "queued_ts",
+        "started_ts",
+        "ended_ts",
+        "node",
+    )
     facts: dict[str, Any] = {k: job[k] for k in shown}
     if job["ended_ts"] is not None:
         reason = f": {job['end_reason']}" if job["end_reason"] else ""
-        return Explanation("job", job_id, cluster, at, job["end_event"],
-                           f"job {job_id} is not waiting: attempt {job['attempt']} ended "
-                           f"{job['end_event']} at {_when(job['ended_ts'])}{reason}", (), facts)
+        return Explanation(
+            "job",
+            job_id,
+            cluster,
+            at,
+            job["end_event"],
+            f"job {job_id} is not waiting: attempt {job['attempt']} ended "
+            f"{job['end_event']} at {_when(job['ended_ts'])}{reason}",
+            (),
+            facts,
+        )
     if job["started_ts"] is not None:
         gpus = ", ".join(job["gpu_uuids"]) or "GPUs not named by the source"
-        return Explanation("job", job_id, cluster, at, "running",
-                           f"job {job_id} is not waiting: running since "
-                           f"{_when(job['started_ts'])} ({_ago(job['started_ts'], at)}) on "
-                           f"node {job['node'] or '?'} ({gpus})", (), facts)
+        return Explanation(
+            "job",
+            job_id,
+            cluster,
+            at,
+            "running",
+            f"job {job_id} is not waiting: running since "
+            f"{_when(job['started_ts'])} ({_ago(job['started_ts'], at)}) on "
+            f"node {job['node'] or '?'} ({gpus})",
+            (),
+            facts,
+        )
     allocs = _open_allocations(wh, cluster, at)
     quotas = queries.run(wh, "why_quotas_at", cluster=cluster, at=at)
     free = free_state(wh, cluster, at)
-    facts["free_gpus_by_model"] = {r["gpu_model"]: r["free"] for r in free.group_by("gpu_model")
-                                   .agg(pl.col("free").sum()).sort("gpu_model").iter_rows(
-                                       named=True)}
+    facts["free_gpus_by_model"] = {
+        r["gpu_model"]: r["free"]
+        for r in free.group_by("gpu_model")
+        .agg(pl.col("free").sum())
+        .sort("gpu_model")
+        .iter_rows(named=True)
+    }
     reasons = waiting_reasons(job_id, job, quotas, allocs, free, _waiting(wh, cluster, at))
     n, share = _shape(job)
-    since = (f"since {_when(job['queued_ts'])} ({_ago(job['queued_ts'], at)})"
-             if job["queued_ts"] is not None else "(queue entry unknown)")
-    summary = (f"job {job_id} (tenant {job['tenant']}, attempt {job['attempt']}) has been "
-               f"waiting {since} for {n} x {share:g} {job['gpu_model'] or 'any-model'} GPU(s) "
-               f"in pool {job['pool'] or '?'}: " + ", ".join(r.code for r in reasons))
+    since = (
+        f"since {_when(job['queued_ts'])} ({_ago(job['queued_ts'], at)})"
+        if job["queued_ts"] is not None
+        else "(queue entry unknown)"
+    )
+    summary = (
+        f"job {job_id} (tenant {job['tenant']}, attempt {job['attempt']}) has been "
+        f"waiting {since} for {n} x {share:g} {job['gpu_model'] or 'any-model'} GPU(s) "
+        f"in pool {job['pool'] or '?'}: " + ", ".join(r.code for r in reasons)
+    )
     return Explanation("job", job_id, cluster, at, "waiting", summary, tuple(reasons), facts)
 
 
@@ -193,16 +251,27 @@ def _shape(job: Mapping[str, Any]) -> tuple[int, float]:
     return max(1, round(float(job["gpus_requested"]) / share)), share
 
 
-def waiting_reasons(job_id: str, job: Mapping[str, Any], quotas: pl.DataFrame,
-                    allocs: pl.DataFrame, free: pl.DataFrame, waiting: pl.DataFrame
-                    ) -> list[Reason]:
+def waiting_reasons(
+    job_id: str,
+    job: Mapping[str, Any],
+    quotas: pl.DataFrame,
+    allocs: pl.DataFrame,
+    free: pl.DataFrame,
+    waiting: pl.DataFrame,
+) -> list[Reason]:
     """The reasons a waiting job does not start, in the order a scheduler checks them."""
     tenant, pool, model = job["tenant"], job["pool"], job["gpu_model"]
     request = float(job["gpus_requested"])
     quota = _quota(quotas, tenant, pool, model)
     held = _held(allocs, tenant, pool, quota["gpu_model"] if quota else model)
-    reasons = [r for r in (_quota_reason(tenant, pool, model, quota, held, request),
-                           capacity_reason(job, free)) if r is not None]
+    reasons = [
+        r
+        for r in (
+            _quota_reason(tenant, pool, model, quota, held, request),
+            capacity_reason(job, free),
+        )
+        if r is not None
+    ]
     if quota is not None and reasons[-1].code in ("no_free_gpu", "fragmented"):
         reclaim = _reclaim_reason(tenant, pool, quota, held, request, quotas, allocs)
         if reclaim is not None:
@@ -211,27 +280,39 @@ def waiting_reasons(job_id: str, job: Mapping[str, Any], quotas: pl.DataFrame,
     if ahead is not None:
         reasons.append(ahead)
     if [r.code for r in reasons] == ["capacity_available"]:
-        reasons.append(Reason("none_found", "no blocking reason found: quota and capacity allow "
-                              "it now, so the scheduler should start it at its next pass, or it "
-                              "waits on something gpuledger does not see (node selectors, CPU, "
-                              "memory)"))
+        reasons.append(
+            Reason(
+                "none_found",
+                "no blocking reason found: quota and capacity allow "
+                "it now, so the scheduler should start it at its next pass, or it "
+                "waits on something gpuledger does not see (node selectors, CPU, "
+                "memory)",
+            )
+        )
     return reasons
 
 
-def _quota_reason(tenant: str, pool: str, model: str, quota: Mapping[str, Any] | None,
-                  held: float, request: float) -> Reason | None:
+def _quota_reason(
+    tenant: str, pool: str, model: str, quota: Mapping[str, Any] | None, held: float, request: float
+) -> Reason | None:
     if quota is None or quota["borrow_limit_gpus"] is None:
         return None
     guaranteed, limit = float(quota["guaranteed_gpus"]), float(quota["borrow_limit_gpus"])
     cap = guaranteed + limit
     if held + request <= cap + EPS:
         return None
-    return Reason("over_quota",
-                  f"over quota: tenant {tenant} holds {held:g} {model or ''} GPUs in pool {pool}; "
-                  f"its guarantee {guaranteed:g} + borrow limit {limit:g} = {cap:g}, and this job "
-                  f"asks for {request:g} more ({held + request:g} > {cap:g})",
-                  {"held_gpus": held, "guaranteed_gpus": guaranteed,
-                   "borrow_limit_gpus": limit, "request_gpus": request})
+    return Reason(
+        "over_quota",
+        f"over quota: tenant {tenant} holds {held:g} {model or ''} GPUs in pool {pool}; "
+        f"its guarantee {guaranteed:g} + borrow limit {limit:g} = {cap:g}, and this job "
+        f"asks for {request:g} more ({held + request:g} > {cap:g})",
+        {
+            "held_gpus": held,
+            "guaranteed_gpus": guaranteed,
+            "borrow_limit_gpus": limit,
+            "request_gpus": request,
+        },
+    )
 
 
 def capacity_reason(job: Mapping[str, Any], free: pl.DataFrame) -> Reason:
@@ -250,35 +331,59 @@ def capacity_reason(job: Mapping[str, Any], free: pl.DataFrame) -> Reason:
     total = int(fits.height)
     best = int(per_node["len"][0]) if per_node.height else 0
     biggest = max(units.group_by("node").len()["len"].to_list(), default=0)
-    whole = int(units.filter((pl.col("free") >= 1 - EPS) & (pl.col("capacity") >= 1 - EPS))
-                .height)
+    whole = int(units.filter((pl.col("free") >= 1 - EPS) & (pl.col("capacity") >= 1 - EPS)).height)
     name = f"{model} GPU" if model else "GPU"
-    numbers = {"needed_gpus": n, "share": share, "fitting_gpus": total,
-               "best_node_gpus": best, "nodes_with_room": int(per_node.height),
-               "free_gpus": float(units["free"].sum()), "whole_free_gpus": whole}
+    numbers = {
+        "needed_gpus": n,
+        "share": share,
+        "fitting_gpus": total,
+        "best_node_gpus": best,
+        "nodes_with_room": int(per_node.height),
+        "free_gpus": float(units["free"].sum()),
+        "whole_free_gpus": whole,
+    }
     if not units.height:
-        return Reason("no_free_gpu", f"no schedulable {name} in the inventory at all (none "
-                      "known, or all unhealthy, down or retired)", numbers)
+        return Reason(
+            "no_free_gpu",
+            f"no schedulable {name} in the inventory at all (none "
+            "known, or all unhealthy, down or retired)",
+            numbers,
+        )
     if total < n:
-        return Reason("no_free_gpu",
-                      f"no free {name} for it: {total} can take a {share:g} share now "
-                      f"({numbers['free_gpus']:.2f} GPUs free in all, {whole} whole); the job "
-                      f"needs {n}", numbers)
+        return Reason(
+            "no_free_gpu",
+            f"no free {name} for it: {total} can take a {share:g} share now "
+            f"({numbers['free_gpus']:.2f} GPUs free in all, {whole} whole); the job "
+            f"needs {n}",
+            numbers,
+        )
     if n <= biggest and best < n:
-        return Reason("fragmented",
-                      f"free GPUs are fragmented: {total} {name}s could take it, spread over "
-                      f"{per_node.height} nodes with at most {best} on one; the job needs {n} "
-                      "on one node", numbers)
+        return Reason(
+            "fragmented",
+            f"free GPUs are fragmented: {total} {name}s could take it, spread over "
+            f"{per_node.height} nodes with at most {best} on one; the job needs {n} "
+            "on one node",
+            numbers,
+        )
     where = per_node["node"][0]
-    text = (f"node {where} has {best} {name}s with a {share:g} share free" if best >= n else
-            f"{total} {name}s with a {share:g} share free across {per_node.height} nodes, "
-            "enough for this multi-node request")
+    text = (
+        f"node {where} has {best} {name}s with a {share:g} share free"
+        if best >= n
+        else f"{total} {name}s with a {share:g} share free across {per_node.height} nodes, "
+        "enough for this multi-node request"
+    )
     return Reason("capacity_available", f"capacity is there: {text}", {**numbers, "node": where})
 
 
-def _reclaim_reason(tenant: str, pool: str, quota: Mapping[str, Any], held: float,
-                    request: float, quotas: pl.DataFrame, allocs: pl.DataFrame
-                    ) -> Reason | None:
+def _reclaim_reason(
+    tenant: str,
+    pool: str,
+    quota: Mapping[str, Any],
+    held: float,
+    request: float,
+    quotas: pl.DataFrame,
+    allocs: pl.DataFrame,
+) -> Reason | None:
     guaranteed, model = float(quota["guaranteed_gpus"]), quota["gpu_model"]
     if held + request > guaranteed + EPS:
         return None
@@ -287,17 +392,24 @@ def _reclaim_reason(tenant: str, pool: str, quota: Mapping[str, Any], held: floa
         return None
     total = sum(borrowers.values())
     who = ", ".join(f"{t} {g:g}" for t, g in borrowers.items())
-    return Reason("reclaim",
-                  f"waiting on a reclaim: {tenant} is guaranteed {guaranteed:g} GPUs in pool "
-                  f"{pool} and holds {held:g}, so this job is within its guarantee, but "
-                  f"{total:g} GPUs of the pool are lent to tenants above their guarantee "
-                  f"({who}); they come back when those jobs end or are preempted",
-                  {"guaranteed_gpus": guaranteed, "held_gpus": held,
-                   "lent_gpus": total, "borrowers": borrowers})
+    return Reason(
+        "reclaim",
+        f"waiting on a reclaim: {tenant} is guaranteed {guaranteed:g} GPUs in pool "
+        f"{pool} and holds {held:g}, so this job is within its guarantee, but "
+        f"{total:g} GPUs of the pool are lent to tenants above their guarantee "
+        f"({who}); they come back when those jobs end or are preempted",
+        {
+            "guaranteed_gpus": guaranteed,
+            "held_gpus": held,
+            "lent_gpus": total,
+            "borrowers": borrowers,
+        },
+    )
 
 
-def borrowed_by(quotas: pl.DataFrame, allocs: pl.DataFrame, pool: str, model: str,
-                exclude: str = "") -> dict[str, float]:
+def borrowed_by(
+    quotas: pl.DataFrame, allocs: pl.DataFrame, pool: str, model: str, exclude: str = ""
+) -> dict[str, float]:
     """GPUs each tenant holds above its guarantee in (pool, model), largest first."""
     out: dict[str, float] = {}
     for tenant in sorted(set(allocs.filter(pl.col("pool") == pool)["tenant"].to_list())):
@@ -311,80 +423,128 @@ def borrowed_by(quotas: pl.DataFrame, allocs: pl.DataFrame, pool: str, model: st
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _priority_reason(job_id: str, job: Mapping[str, Any], waiting: pl.DataFrame
-                     ) -> Reason | None:
+def _priority_reason(job_id: str, job: Mapping[str, Any], waiting: pl.DataFrame) -> Reason | None:
     others = waiting.filter(pl.col("job_id") != job_id)
     if job["queue"]:
         others = others.filter(pl.col("queue") == job["queue"])
         where = f"queue {job['queue']}"
     else:
-        others = others.filter((pl.col("pool") == job["pool"])
-                               & (pl.col("gpu_model") == job["gpu_model"]))
+        others = others.filter(
+            (pl.col("pool") == job["pool"]) & (pl.col("gpu_model") == job["gpu_model"])
+        )
         where = f"pool {job['pool']}"
     higher = others.filter(pl.col("priority") > job["priority"])
-    earlier = (others.filter((pl.col("priority") == job["priority"])
-                             & (pl.col("queued_ts") < job["queued_ts"]))
-               if job["queued_ts"] is not None else others.clear())
+    earlier = (
+        others.filter(
+            (pl.col("priority") == job["priority"]) & (pl.col("queued_ts") < job["queued_ts"])
+        )
+        if job["queued_ts"] is not None
+        else others.clear()
+    )
     ahead = pl.concat([higher, earlier])
     if not ahead.height:
         return None
-    return Reason("priority",
-                  f"{_jobs(ahead.height)} ahead of it in {where}: {higher.height} of higher "
-                  f"priority, {earlier.height} of the same priority ({job['priority']}) that "
-                  f"waited longer; together they ask for {ahead['gpus_requested'].sum():g} GPUs",
-                  {"ahead": ahead.height, "higher_priority": higher.height,
-                   "same_priority_earlier": earlier.height,
-                   "ahead_gpus": float(ahead["gpus_requested"].sum()),
-                   "jobs": sorted(ahead["job_id"].to_list())})
+    return Reason(
+        "priority",
+        f"{_jobs(ahead.height)} ahead of it in {where}: {higher.height} of higher "
+        f"priority, {earlier.height} of the same priority ({job['priority']}) that "
+        f"waited longer; together they ask for {ahead['gpus_requested'].sum():g} GPUs",
+        {
+            "ahead": ahead.height,
+            "higher_priority": higher.height,
+            "same_priority_earlier": earlier.height,
+            "ahead_gpus": float(ahead["gpus_requested"].sum()),
+            "jobs": sorted(ahead["job_id"].to_list()),
+        },
+    )
 
 
 # -- why is this GPU idle ---------------------------------------------------------------------
-def why_gpu(wh: Warehouse, cluster: str, gpu_uuid: str, at: dt.datetime | None = None, *,
-            mig_instance: str = "", idle_threshold_ratio: float = 0.05,
-            idle_min_duration_s: int = 1800) -> Explanation:
+def why_gpu(
+    wh: Warehouse,
+    cluster: str,
+    gpu_uuid: str,
+    at: dt.datetime | None = None,
+    *,
+    mig_instance: str = "",
+    idle_threshold_ratio: float = 0.05,
+    idle_min_duration_s: int = 1800,
+) -> Explanation:
     """Why a GPU is idle at ``at``: retired or down, unhealthy (since when, which Xid),
     unallocated (since when), or allocated to a job that has stayed under
     ``idle_threshold_ratio`` for at least ``idle_min_duration_s`` (the current run of minutes
     whose busiest sample is under the threshold, from the 1-minute rollup).
     """
     at = _at(at)
-    history = queries.run(wh, "why_gpu_history", cluster=cluster, gpu_uuid=gpu_uuid,
-                          mig_instance=mig_instance, at=at)
+    history = queries.run(
+        wh, "why_gpu_history", cluster=cluster, gpu_uuid=gpu_uuid, mig_instance=mig_instance, at=at
+    )
     gpu_rows = list(history.filter(pl.col("kind") == "gpu").iter_rows(named=True))
     if not gpu_rows:
-        raise ExplainError(f"no GPU {gpu_uuid!r} in cluster {cluster!r}'s inventory as of "
-                           f"{_when(at)}: check the UUID (nvidia-smi -L shows it)")
+        raise ExplainError(
+            f"no GPU {gpu_uuid!r} in cluster {cluster!r}'s inventory as of "
+            f"{_when(at)}: check the UUID (nvidia-smi -L shows it)"
+        )
     gpu = gpu_rows[-1]
-    node_rows = [r for r in history.filter(pl.col("kind") == "node").iter_rows(named=True)
-                 if r["node"] == gpu["node"]]
-    facts: dict[str, Any] = {"node": gpu["node"], "pool": gpu["pool"],
-                             "gpu_model": gpu["gpu_model"], "health": gpu["state"],
-                             "node_state": node_rows[-1]["state"] if node_rows else "unknown"}
+    node_rows = [
+        r
+        for r in history.filter(pl.col("kind") == "node").iter_rows(named=True)
+        if r["node"] == gpu["node"]
+    ]
+    facts: dict[str, Any] = {
+        "node": gpu["node"],
+        "pool": gpu["pool"],
+        "gpu_model": gpu["gpu_model"],
+        "health": gpu["state"],
+        "node_state": node_rows[-1]["state"] if node_rows else "unknown",
+    }
     name = f"GPU {gpu_uuid}" + (f" (MIG {mig_instance})" if mig_instance else "")
     blocked = _unavailable(name, gpu_rows, node_rows, at)
     if blocked is not None:
-        return dataclasses.replace(blocked, subject_id=gpu_uuid, cluster=cluster, at=at,
-                                   facts=facts)
-    allocations = queries.run(wh, "why_gpu_allocations", cluster=cluster, gpu_uuid=gpu_uuid,
-                              mig_instance=mig_instance, at=at)
+        return dataclasses.replace(
+            blocked, subject_id=gpu_uuid, cluster=cluster, at=at, facts=facts
+        )
+    allocations = queries.run(
+        wh,
+        "why_gpu_allocations",
+        cluster=cluster,
+        gpu_uuid=gpu_uuid,
+        mig_instance=mig_instance,
+        at=at,
+    )
     holders = allocations.filter(pl.col("end_ts").is_null())
     if not holders.height:
         return _unallocated(name, gpu_uuid, cluster, at, gpu_rows, node_rows, allocations, facts)
     since = holders["start_ts"].min()
-    run = queries.run(wh, "why_idle_run", cluster=cluster, gpu_uuid=gpu_uuid,
-                      mig_instance=mig_instance, since=since, at=at,
-                      threshold=idle_threshold_ratio).row(0, named=True)
-    jobs = ", ".join(f"{r['job_id']} ({r['tenant']}, {r['fraction']:g} since "
-                     f"{_when(r['start_ts'])})" for r in holders.iter_rows(named=True))
+    run = queries.run(
+        wh,
+        "why_idle_run",
+        cluster=cluster,
+        gpu_uuid=gpu_uuid,
+        mig_instance=mig_instance,
+        since=since,
+        at=at,
+        threshold=idle_threshold_ratio,
+    ).row(0, named=True)
+    jobs = ", ".join(
+        f"{r['job_id']} ({r['tenant']}, {r['fraction']:g} since {_when(r['start_ts'])})"
+        for r in holders.iter_rows(named=True)
+    )
     held = float(holders["fraction"].sum())
     reasons = []
     if held < float(gpu["capacity"]) - EPS:
-        reasons.append(Reason("partly_free", f"{float(gpu['capacity']) - held:.2f} of it is "
-                              "free for other jobs", {"held": held}))
+        reasons.append(
+            Reason(
+                "partly_free",
+                f"{float(gpu['capacity']) - held:.2f} of it is free for other jobs",
+                {"held": held},
+            )
+        )
     facts.update(held=held, jobs=holders["job_id"].to_list(), threshold=idle_threshold_ratio)
     state, reason = _idle_verdict(name, jobs, run, idle_threshold_ratio, idle_min_duration_s)
-    return Explanation("gpu", gpu_uuid, cluster, at, state, reason.message, (reason, *reasons),
-                       facts)
+    return Explanation(
+        "gpu", gpu_uuid, cluster, at, state, reason.message, (reason, *reasons), facts
+    )
 
 
 def _run_start(rows: list[dict[str, Any]]) -> dt.datetime:
@@ -397,8 +557,9 @@ def _run_start(rows: list[dict[str, Any]]) -> dt.datetime:
     return since
 
 
-def _unavailable(name: str, gpu_rows: list[dict[str, Any]], node_rows: list[dict[str, Any]],
-                 at: dt.datetime) -> Explanation | None:
+def _unavailable(
+    name: str, gpu_rows: list[dict[str, Any]], node_rows: list[dict[str, Any]], at: dt.datetime
+) -> Explanation | None:
     """Retired, node not ready, down or unhealthy: capacity that no job can use."""
     gpu = gpu_rows[-1]
     node = node_rows[-1] if node_rows else None
@@ -419,9 +580,16 @@ def _unavailable(name: str, gpu_rows: list[dict[str, Any]], node_rows: list[dict
     return Explanation("gpu", "", "", at, code, text, (reason,))
 
 
-def _unallocated(name: str, gpu_uuid: str, cluster: str, at: dt.datetime,
-                 gpu_rows: list[dict[str, Any]], node_rows: list[dict[str, Any]],
-                 allocations: pl.DataFrame, facts: dict[str, Any]) -> Explanation:
+def _unallocated(
+    name: str,
+    gpu_uuid: str,
+    cluster: str,
+    at: dt.datetime,
+    gpu_rows: list[dict[str, Any]],
+    node_rows: list[dict[str, Any]],
+    allocations: pl.DataFrame,
+    facts: dict[str, Any],
+) -> Explanation:
     available = max([_run_start(gpu_rows), *([_run_start(node_rows)] if node_rows else [])])
     last = allocations.sort("end_ts").tail(1).row(0, named=True) if allocations.height else None
     if last is not None and last["end_ts"] > available:
@@ -431,38 +599,63 @@ def _unallocated(name: str, gpu_uuid: str, cluster: str, at: dt.datetime,
         since = available
         detail = f"not allocated since it became available at {_when(since)}"
     text = f"{name} is unallocated since {_when(since)} ({_ago(since, at)}): {detail}"
-    reason = Reason("unallocated", text, {"since": since,
-                                          "idle_hours": (at - since).total_seconds() / 3600})
+    reason = Reason(
+        "unallocated", text, {"since": since, "idle_hours": (at - since).total_seconds() / 3600}
+    )
     return Explanation("gpu", gpu_uuid, cluster, at, "unallocated", text, (reason,), facts)
 
 
-def _idle_verdict(name: str, jobs: str, run: Mapping[str, Any], threshold: float,
-                  min_duration_s: int) -> tuple[str, Reason]:
+def _idle_verdict(
+    name: str, jobs: str, run: Mapping[str, Any], threshold: float, min_duration_s: int
+) -> tuple[str, Reason]:
     if run["first_minute"] is None:
         if not run["sampled_minutes"]:
-            return "no_samples", Reason("no_samples", f"{name} is allocated to {jobs}; no "
-                                        "utilisation samples since then, so gpuledger cannot "
-                                        "tell whether it is used")
-        return "busy", Reason("busy", f"{name} is not idle: allocated to {jobs}, and its latest "
-                              f"minute reached {threshold:.0%} utilisation",
-                              {"last_busy_minute": run["last_busy_minute"]})
+            return "no_samples", Reason(
+                "no_samples",
+                f"{name} is allocated to {jobs}; no "
+                "utilisation samples since then, so gpuledger cannot "
+                "tell whether it is used",
+            )
+        return "busy", Reason(
+            "busy",
+            f"{name} is not idle: allocated to {jobs}, and its latest "
+            f"minute reached {threshold:.0%} utilisation",
+            {"last_busy_minute": run["last_busy_minute"]},
+        )
     since = run["first_minute"]
     seconds = (run["last_minute"] + _MINUTE - since).total_seconds()
-    numbers = {"idle_since": since, "idle_hours": seconds / 3600,
-               "peak_util_ratio": run["peak_util"], "threshold_ratio": threshold}
+    numbers = {
+        "idle_since": since,
+        "idle_hours": seconds / 3600,
+        "peak_util_ratio": run["peak_util"],
+        "threshold_ratio": threshold,
+    }
     if seconds >= min_duration_s:
         return "idle_allocated", Reason(
-            "idle_allocated", f"{name} is allocated to {jobs} and has been under "
+            "idle_allocated",
+            f"{name} is allocated to {jobs} and has been under "
             f"{threshold:.0%} utilisation for {seconds / 3600:.1f} h (since {_when(since)}; "
-            f"busiest sample {run['peak_util']:.0%})", numbers)
+            f"busiest sample {run['peak_util']:.0%})",
+            numbers,
+        )
     return "busy", Reason(
-        "busy", f"{name} is not idle yet: allocated to {jobs}, under {threshold:.0%} for "
-        f"{seconds / 60:.0f} min only (idle counts from {min_duration_s / 60:.0f} min)", numbers)
+        "busy",
+        f"{name} is not idle yet: allocated to {jobs}, under {threshold:.0%} for "
+        f"{seconds / 60:.0f} min only (idle counts from {min_duration_s / 60:.0f} min)",
+        numbers,
+    )
 
 
 # -- why is this tenant over quota ------------------------------------------------------------
-def why_tenant(wh: Warehouse, cluster: str, tenant: str, at: dt.datetime | None = None, *,
-               idle_threshold_ratio: float = 0.05, util_window_s: int = 3600) -> Explanation:
+def why_tenant(
+    wh: Warehouse,
+    cluster: str,
+    tenant: str,
+    at: dt.datetime | None = None,
+    *,
+    idle_threshold_ratio: float = 0.05,
+    util_window_s: int = 3600,
+) -> Explanation:
     """Why ``tenant`` is over quota at ``at``: per pool and model, held vs guaranteed, what it
     borrowed from the cohort and how much of that is idle (allocations whose GPU's mean
     utilisation over the last ``util_window_s`` is under ``idle_threshold_ratio``), and whose
@@ -474,15 +667,19 @@ def why_tenant(wh: Warehouse, cluster: str, tenant: str, at: dt.datetime | None 
     mine = allocs.filter(pl.col("tenant") == tenant)
     own = quotas.filter(pl.col("tenant") == tenant)
     if not own.height and not mine.height:
-        raise ExplainError(f"tenant {tenant!r} has no quota and holds no GPU in cluster "
-                           f"{cluster!r} as of {_when(at)}: tenants are 'org/project'")
+        raise ExplainError(
+            f"tenant {tenant!r} has no quota and holds no GPU in cluster "
+            f"{cluster!r} as of {_when(at)}: tenants are 'org/project'"
+        )
     keys = {(r["pool"], r["gpu_model"]) for r in own.iter_rows(named=True)}
     for r in mine.iter_rows(named=True):
         if _quota(quotas, tenant, r["pool"], r["gpu_model"]) is None:
             keys.add((r["pool"], r["gpu_model"]))
     waiting = _waiting(wh, cluster, at)
-    pools = [pool_position(tenant, pool, model, quotas, allocs, waiting, idle_threshold_ratio)
-             for pool, model in sorted(keys)]
+    pools = [
+        pool_position(tenant, pool, model, quotas, allocs, waiting, idle_threshold_ratio)
+        for pool, model in sorted(keys)
+    ]
     reasons = [r for p in pools for r in p["reasons"]]
     borrowed = sum(p["borrowed_gpus"] for p in pools)
     idle = sum(p["idle_borrowed_gpus"] for p in pools)
@@ -494,18 +691,28 @@ def why_tenant(wh: Warehouse, cluster: str, tenant: str, at: dt.datetime | None 
         state = "borrowing"
     else:
         state = "within_guarantee"
-    verdict = {"over_limit": "is over its quota (above a borrow limit)",
-               "borrowing": "is over its guarantee (borrowing)",
-               "within_guarantee": "is within its guarantee"}[state]
-    summary = (f"tenant {tenant} {verdict}: holds {held:g} GPUs against {guaranteed:g} "
-               f"guaranteed; borrowed {borrowed:g} from the cohort, of which {idle:g} idle")
+    verdict = {
+        "over_limit": "is over its quota (above a borrow limit)",
+        "borrowing": "is over its guarantee (borrowing)",
+        "within_guarantee": "is within its guarantee",
+    }[state]
+    summary = (
+        f"tenant {tenant} {verdict}: holds {held:g} GPUs against {guaranteed:g} "
+        f"guaranteed; borrowed {borrowed:g} from the cohort, of which {idle:g} idle"
+    )
     facts = {"pools": [{k: v for k, v in p.items() if k != "reasons"} for p in pools]}
     return Explanation("tenant", tenant, cluster, at, state, summary, tuple(reasons), facts)
 
 
-def pool_position(tenant: str, pool: str, model: str, quotas: pl.DataFrame,
-                  allocs: pl.DataFrame, waiting: pl.DataFrame, threshold: float
-                  ) -> dict[str, Any]:
+def pool_position(
+    tenant: str,
+    pool: str,
+    model: str,
+    quotas: pl.DataFrame,
+    allocs: pl.DataFrame,
+    waiting: pl.DataFrame,
+    threshold: float,
+) -> dict[str, Any]:
     """A tenant's position in one (pool, model): held, guaranteed, borrowed, idle, lenders."""
     quota = _quota(quotas, tenant, pool, model)
     guaranteed = float(quota["guaranteed_gpus"]) if quota else 0.0
@@ -514,43 +721,77 @@ def pool_position(tenant: str, pool: str, model: str, quotas: pl.DataFrame,
     rows = allocs.filter((pl.col("tenant") == tenant) & (pl.col("pool") == pool))
     if model:
         rows = rows.filter(pl.col("gpu_model") == model)
-    idle_rows = rows.filter(pl.col("util_mean").is_not_null()
-                            & (pl.col("util_mean") < threshold))
+    idle_rows = rows.filter(pl.col("util_mean").is_not_null() & (pl.col("util_mean") < threshold))
     idle = float(idle_rows["fraction"].sum())
     unknown = float(rows.filter(pl.col("util_mean").is_null())["fraction"].sum())
     borrowed = max(0.0, held - guaranteed)
     label = f"pool {pool}" + (f" ({model})" if model else "")
     position: dict[str, Any] = {
-        "pool": pool, "gpu_model": model, "has_quota": quota is not None,
-        "guaranteed_gpus": guaranteed, "borrow_limit_gpus": limit, "held_gpus": held,
-        "borrowed_gpus": borrowed, "idle_gpus": idle, "idle_borrowed_gpus": min(borrowed, idle),
-        "no_samples_gpus": unknown, "idle_jobs": sorted(set(idle_rows["job_id"].to_list())),
-        "lenders": lenders(tenant, pool, model, quotas, allocs, waiting)}
+        "pool": pool,
+        "gpu_model": model,
+        "has_quota": quota is not None,
+        "guaranteed_gpus": guaranteed,
+        "borrow_limit_gpus": limit,
+        "held_gpus": held,
+        "borrowed_gpus": borrowed,
+        "idle_gpus": idle,
+        "idle_borrowed_gpus": min(borrowed, idle),
+        "no_samples_gpus": unknown,
+        "idle_jobs": sorted(set(idle_rows["job_id"].to_list())),
+        "lenders": lenders(tenant, pool, model, quotas, allocs, waiting),
+    }
     reasons = []
     if borrowed > EPS:
         jobs = position["idle_jobs"]
-        lent = ", ".join(f"{x['tenant']} {x['unused_gpus']:g} unused ({x['waiting_jobs']} "
-                         "waiting)" for x in position["lenders"]) or "no tenant with a quota"
+        lent = (
+            ", ".join(
+                f"{x['tenant']} {x['unused_gpus']:g} unused ({x['waiting_jobs']} waiting)"
+                for x in position["lenders"]
+            )
+            or "no tenant with a quota"
+        )
         quota_text = f"guaranteed {guaranteed:g}" if quota else "no quota here"
-        reasons.append(Reason(
-            "borrowing", f"{label}: holds {held:g} GPUs, {quota_text}: borrowed {borrowed:g} "
-            f"from the cohort, of which {min(borrowed, idle):g} idle (under {threshold:.0%} "
-            f"over the last hour{': jobs ' + ', '.join(jobs) if jobs else ''}); unused "
-            f"guarantee it borrows: {lent}",
-            {k: position[k] for k in ("held_gpus", "guaranteed_gpus", "borrowed_gpus",
-                                      "idle_borrowed_gpus", "idle_jobs")}))
+        reasons.append(
+            Reason(
+                "borrowing",
+                f"{label}: holds {held:g} GPUs, {quota_text}: borrowed {borrowed:g} "
+                f"from the cohort, of which {min(borrowed, idle):g} idle (under {threshold:.0%} "
+                f"over the last hour{': jobs ' + ', '.join(jobs) if jobs else ''}); unused "
+                f"guarantee it borrows: {lent}",
+                {
+                    k: position[k]
+                    for k in (
+                        "held_gpus",
+                        "guaranteed_gpus",
+                        "borrowed_gpus",
+                        "idle_borrowed_gpus",
+                        "idle_jobs",
+                    )
+                },
+            )
+        )
     if limit is not None and held > guaranteed + float(limit) + EPS:
-        reasons.append(Reason(
-            "over_limit", f"{label}: holds {held:g} GPUs, above guarantee {guaranteed:g} + "
-            f"borrow limit {float(limit):g} = {guaranteed + float(limit):g} (the limit was "
-            "lowered, or jobs started before it applied)",
-            {"held_gpus": held, "limit_gpus": guaranteed + float(limit)}))
+        reasons.append(
+            Reason(
+                "over_limit",
+                f"{label}: holds {held:g} GPUs, above guarantee {guaranteed:g} + "
+                f"borrow limit {float(limit):g} = {guaranteed + float(limit):g} (the limit was "
+                "lowered, or jobs started before it applied)",
+                {"held_gpus": held, "limit_gpus": guaranteed + float(limit)},
+            )
+        )
     position["reasons"] = reasons
     return position
 
 
-def lenders(tenant: str, pool: str, model: str, quotas: pl.DataFrame, allocs: pl.DataFrame,
-            waiting: pl.DataFrame) -> list[dict[str, Any]]:
+def lenders(
+    tenant: str,
+    pool: str,
+    model: str,
+    quotas: pl.DataFrame,
+    allocs: pl.DataFrame,
+    waiting: pl.DataFrame,
+) -> list[dict[str, Any]]:
     """Other tenants with guarantee unused in (pool, model), with their waiting jobs there."""
     rows = quotas.filter((pl.col("pool") == pool) & (pl.col("tenant") != tenant))
     if model:
@@ -560,6 +801,7 @@ def lenders(tenant: str, pool: str, model: str, quotas: pl.DataFrame, allocs: pl
         unused = float(r["guaranteed_gpus"]) - _held(allocs, r["tenant"], pool, r["gpu_model"])
         if unused > EPS:
             queued = waiting.filter((pl.col("tenant") == r["tenant"]) & (pl.col("pool") == pool))
-            out.append({"tenant": r["tenant"], "unused_gpus": unused,
-                        "waiting_jobs": queued.height})
+            out.append(
+                {"tenant": r["tenant"], "unused_gpus": unused, "waiting_jobs": queued.height}
+            )
     return sorted(out, key=lambda x: (-x["unused_gpus"], x["tenant"]))

@@ -104,39 +104,57 @@ def relevant_tasks(mix: Sequence[Task], node_model: str, scope: str = "model") -
     return [dataclasses.replace(t, popularity=t.popularity / total) for t in tasks]
 
 
-def node_fgd(free: Sequence[float], node_model: str, mix: Sequence[Task],
-             scope: str = "model") -> float:
+def node_fgd(
+    free: Sequence[float], node_model: str, mix: Sequence[Task], scope: str = "model"
+) -> float:
     """F_n = sum_m p_m * frag_n(m) for one node (GPUs); 0 when no typical task applies."""
-    return float(sum(t.popularity * task_fragment(free, node_model, t)
-                     for t in relevant_tasks(mix, node_model, scope)))
+    return float(
+        sum(
+            t.popularity * task_fragment(free, node_model, t)
+            for t in relevant_tasks(mix, node_model, scope)
+        )
+    )
 
 
 def mix_from_counts(rows: Iterable[Mapping[str, Any]]) -> tuple[Task, ...]:
     """Typical tasks from (gpu_model, gpus, share, attempts) rows; popularity = share of count."""
     rows = [r for r in rows if r["attempts"] > 0]
     total = sum(r["attempts"] for r in rows)
-    return tuple(Task(int(r["gpus"]), float(r["share"]), str(r["gpu_model"]),
-                      r["attempts"] / total) for r in rows)
+    return tuple(
+        Task(int(r["gpus"]), float(r["share"]), str(r["gpu_model"]), r["attempts"] / total)
+        for r in rows
+    )
 
 
 def free_shares(capacity: Sequence[float], held: Sequence[float | None]) -> list[float]:
     """Each GPU's free share: capacity minus held, clamped to [0, capacity], to 1e-6."""
-    return [round(min(max(c - (h or 0.0), 0.0), c), 6) for c, h in zip(capacity, held,
-                                                                        strict=True)]
+    return [round(min(max(c - (h or 0.0), 0.0), c), 6) for c, h in zip(capacity, held, strict=True)]
 
 
 _NODE_SCHEMA: dict[str, Any] = {
-    "ts": pl.Datetime("ms", "UTC"), "node": pl.String, "pool": pl.String,
-    "gpu_model": pl.String, "gpus": pl.Int64, "capacity_gpus": pl.Float64,
-    "held_gpus": pl.Float64, "free_gpus": pl.Float64, "whole_free_gpus": pl.Int64,
-    "fgd_gpus": pl.Float64}
+    "ts": pl.Datetime("ms", "UTC"),
+    "node": pl.String,
+    "pool": pl.String,
+    "gpu_model": pl.String,
+    "gpus": pl.Int64,
+    "capacity_gpus": pl.Float64,
+    "held_gpus": pl.Float64,
+    "free_gpus": pl.Float64,
+    "whole_free_gpus": pl.Int64,
+    "fgd_gpus": pl.Float64,
+}
 _TENANT_SCHEMA: dict[str, Any] = {
-    "ts": pl.Datetime("ms", "UTC"), "tenant": pl.String, "pool": pl.String,
-    "gpu_model": pl.String, "stranded_gpus": pl.Float64}
+    "ts": pl.Datetime("ms", "UTC"),
+    "tenant": pl.String,
+    "pool": pl.String,
+    "gpu_model": pl.String,
+    "stranded_gpus": pl.Float64,
+}
 
 
-def evaluate(units: pl.DataFrame, mix: pl.DataFrame, scope: str = "model"
-             ) -> tuple[pl.DataFrame, pl.DataFrame]:
+def evaluate(
+    units: pl.DataFrame, mix: pl.DataFrame, scope: str = "model"
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """FGD per node and instant, and its split among tenants, from the rows of the SQL.
 
     ``units``: ts, node, pool, gpu_model, capacity, held, holders (list of (tenant, share));
@@ -144,8 +162,14 @@ def evaluate(units: pl.DataFrame, mix: pl.DataFrame, scope: str = "model"
     gpus, capacity_gpus, held_gpus, free_gpus, whole_free_gpus, fgd_gpus; per tenant: ts, tenant,
     pool, gpu_model, stranded_gpus).
     """
-    mixes = {ts: mix_from_counts(group.iter_rows(named=True))
-             for (ts,), group in mix.partition_by("ts", as_dict=True).items()} if mix.height else {}
+    mixes = (
+        {
+            ts: mix_from_counts(group.iter_rows(named=True))
+            for (ts,), group in mix.partition_by("ts", as_dict=True).items()
+        }
+        if mix.height
+        else {}
+    )
     cache: dict[tuple[Any, ...], float] = {}
     nodes: list[tuple[Any, ...]] = []
     tenants: list[tuple[Any, ...]] = []
@@ -159,22 +183,27 @@ def evaluate(units: pl.DataFrame, mix: pl.DataFrame, scope: str = "model"
             cache[key] = node_fgd(free, model, tasks, scope)
         fgd = cache[key]
         whole = sum(1 for f, c in zip(free, capacity, strict=True) if c >= 1 - EPS and f >= 1 - EPS)
-        nodes.append((ts, node, pool, model, len(rows), sum(capacity), sum(held), sum(free),
-                      whole, fgd))
+        nodes.append(
+            (ts, node, pool, model, len(rows), sum(capacity), sum(held), sum(free), whole, fgd)
+        )
         if fgd > 0:
             split = split_by_holders(fgd, _holders(r[6] for r in rows))
             tenants.extend((ts, tenant, pool, model, share) for tenant, share in split.items())
     per_node = pl.DataFrame(nodes, schema=_NODE_SCHEMA, orient="row")
-    per_tenant = (pl.DataFrame(tenants, schema=_TENANT_SCHEMA, orient="row")
-                  .group_by("ts", "tenant", "pool", "gpu_model").agg(pl.col("stranded_gpus").sum())
-                  .sort("ts", "pool", "gpu_model", "tenant"))
+    per_tenant = (
+        pl.DataFrame(tenants, schema=_TENANT_SCHEMA, orient="row")
+        .group_by("ts", "tenant", "pool", "gpu_model")
+        .agg(pl.col("stranded_gpus").sum())
+        .sort("ts", "pool", "gpu_model", "tenant")
+    )
     return per_node, per_tenant
 
 
 def _by_node(units: pl.DataFrame) -> Iterator[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]:
     """Rows (ts, node, pool, gpu_model, capacity, held, holders) grouped by (ts, node)."""
-    ordered = units.select("ts", "node", "pool", "gpu_model", "capacity", "held", "holders"
-                           ).sort("ts", "node", maintain_order=True)
+    ordered = units.select("ts", "node", "pool", "gpu_model", "capacity", "held", "holders").sort(
+        "ts", "node", maintain_order=True
+    )
     for _, group in itertools.groupby(ordered.iter_rows(), key=lambda r: (r[0], r[1])):
         rows = list(group)
         yield rows[0][:4], rows
@@ -213,20 +242,35 @@ def largest_startable(per_node: pl.DataFrame, units: pl.DataFrame) -> pl.DataFra
     largest shared-GPU request that fits); ``free_gpus``: all free shares together.
     """
     if not per_node.height:
-        return pl.DataFrame(schema={"gpu_model": pl.String, "one_node_gpus": pl.Int64,
-                                    "total_gpus": pl.Int64, "largest_free_share": pl.Float64,
-                                    "free_gpus": pl.Float64})
-    share = (units.with_columns(
-        pl.max_horizontal(pl.lit(0.0), pl.col("capacity") - pl.col("held").fill_null(0.0))
-        .alias("free")).group_by("gpu_model").agg(pl.col("free").max().round(6)
-                                                  .alias("largest_free_share")))
-    return (per_node.group_by("gpu_model")
-            .agg(pl.col("whole_free_gpus").max().alias("one_node_gpus"),
-                 pl.col("whole_free_gpus").sum().alias("total_gpus"),
-                 pl.col("free_gpus").sum().alias("free_gpus"))
-            .join(share, on="gpu_model", how="left")
-            .select("gpu_model", "one_node_gpus", "total_gpus", "largest_free_share", "free_gpus")
-            .sort("gpu_model"))
+        return pl.DataFrame(
+            schema={
+                "gpu_model": pl.String,
+                "one_node_gpus": pl.Int64,
+                "total_gpus": pl.Int64,
+                "largest_free_share": pl.Float64,
+                "free_gpus": pl.Float64,
+            }
+        )
+    share = (
+        units.with_columns(
+            pl.max_horizontal(
+                pl.lit(0.0), pl.col("capacity") - pl.col("held").fill_null(0.0)
+            ).alias("free")
+        )
+        .group_by("gpu_model")
+        .agg(pl.col("free").max().round(6).alias("largest_free_share"))
+    )
+    return (
+        per_node.group_by("gpu_model")
+        .agg(
+            pl.col("whole_free_gpus").max().alias("one_node_gpus"),
+            pl.col("whole_free_gpus").sum().alias("total_gpus"),
+            pl.col("free_gpus").sum().alias("free_gpus"),
+        )
+        .join(share, on="gpu_model", how="left")
+        .select("gpu_model", "one_node_gpus", "total_gpus", "largest_free_share", "free_gpus")
+        .sort("gpu_model")
+    )
 
 
 # -- the warehouse side -----------------------------------------------------------------------
@@ -245,16 +289,32 @@ def _check(scope: str, window: dt.timedelta, mix_event: str) -> None:
         raise FragmentationError(f"mix_event {mix_event!r} is not one of {', '.join(MIX_EVENTS)}")
 
 
-def _series(wh: Warehouse, cluster: str, start: dt.datetime, step: dt.timedelta, n: int,
-            window: dt.timedelta, mix_event: str) -> tuple[pl.DataFrame, pl.DataFrame,
-                                                           pl.DataFrame]:
+def _series(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    step: dt.timedelta,
+    n: int,
+    window: dt.timedelta,
+    mix_event: str,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(units, task mix, unplaced) at the n instants start + i * step."""
     step_ms = step // dt.timedelta(milliseconds=1)
-    params = {"cluster": cluster, "start": start, "step_ms": step_ms, "n": n,
-              "last": start + (n - 1) * step}
+    params = {
+        "cluster": cluster,
+        "start": start,
+        "step_ms": step_ms,
+        "n": n,
+        "last": start + (n - 1) * step,
+    }
     units = queries.run(wh, "frag_free_units", **params)
-    mix = queries.run(wh, "frag_task_mix", **params, event=mix_event,
-                      window_ms=window // dt.timedelta(milliseconds=1))
+    mix = queries.run(
+        wh,
+        "frag_task_mix",
+        **params,
+        event=mix_event,
+        window_ms=window // dt.timedelta(milliseconds=1),
+    )
     unplaced = queries.run(wh, "frag_unplaced", **params)
     return units, mix, unplaced
 
@@ -266,11 +326,11 @@ def free_state(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFrame:
     module docstring for what counts as schedulable and held).
     """
     at = _utc(at, "at")
-    units = queries.run(wh, "frag_free_units", cluster=cluster, start=at, step_ms=0, n=1,
-                        last=at)
+    units = queries.run(wh, "frag_free_units", cluster=cluster, start=at, step_ms=0, n=1, last=at)
     free = free_shares(units["capacity"].to_list(), units["held"].to_list())
     return units.drop("ts", "holders").with_columns(
-        pl.col("held").fill_null(0.0), pl.Series("free", free, dtype=pl.Float64))
+        pl.col("held").fill_null(0.0), pl.Series("free", free, dtype=pl.Float64)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,20 +362,28 @@ class FragmentationReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types for JSON (times in ISO 8601 UTC, GPUs rounded to 1e-4)."""
+
         def rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
-            return [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
-                    for r in frame.drop("ts", strict=False).iter_rows(named=True)]
+            return [
+                {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
+                for r in frame.drop("ts", strict=False).iter_rows(named=True)
+            ]
 
         ratio = self.stranded_ratio
-        return {"cluster": self.cluster, "at": self.at.isoformat(), "scope": self.scope,
-                "window_s": int(self.window.total_seconds()),
-                "cluster_fgd_gpus": round(self.cluster_fgd_gpus, 4),
-                "free_gpus": round(self.free_gpus, 4),
-                "stranded_ratio": None if ratio is None else round(ratio, 4),
-                "unplaced_held_gpus": round(self.unplaced_held_gpus, 4),
-                "nodes": rows(self.per_node), "tenants": rows(self.per_tenant_stranded),
-                "largest_startable": rows(self.largest_startable),
-                "task_mix": rows(self.task_mix)}
+        return {
+            "cluster": self.cluster,
+            "at": self.at.isoformat(),
+            "scope": self.scope,
+            "window_s": int(self.window.total_seconds()),
+            "cluster_fgd_gpus": round(self.cluster_fgd_gpus, 4),
+            "free_gpus": round(self.free_gpus, 4),
+            "stranded_ratio": None if ratio is None else round(ratio, 4),
+            "unplaced_held_gpus": round(self.unplaced_held_gpus, 4),
+            "nodes": rows(self.per_node),
+            "tenants": rows(self.per_tenant_stranded),
+            "largest_startable": rows(self.largest_startable),
+            "task_mix": rows(self.task_mix),
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -324,31 +392,41 @@ class FragmentationReport:
         """A short report for a terminal."""
         attempts = int(self.task_mix["attempts"].sum()) if self.task_mix.height else 0
         ratio = self.stranded_ratio
-        lines = [f"Fragmentation of cluster {self.cluster} at {self.at:%Y-%m-%d %H:%M:%S} UTC "
-                 f"(scope {self.scope}; task mix: {attempts} attempts started in the "
-                 f"{_span(self.window)} before)",
-                 f"  free {self.free_gpus:.2f} GPUs, of which {self.cluster_fgd_gpus:.2f} "
-                 "stranded (FGD)" + ("" if ratio is None else f", {ratio:.0%}")]
+        lines = [
+            f"Fragmentation of cluster {self.cluster} at {self.at:%Y-%m-%d %H:%M:%S} UTC "
+            f"(scope {self.scope}; task mix: {attempts} attempts started in the "
+            f"{_span(self.window)} before)",
+            f"  free {self.free_gpus:.2f} GPUs, of which {self.cluster_fgd_gpus:.2f} "
+            "stranded (FGD)" + ("" if ratio is None else f", {ratio:.0%}"),
+        ]
         if self.unplaced_held_gpus > EPS:
-            lines.append(f"  ({self.unplaced_held_gpus:.2f} GPUs held by jobs with no known GPU "
-                         "are not in the free state)")
+            lines.append(
+                f"  ({self.unplaced_held_gpus:.2f} GPUs held by jobs with no known GPU "
+                "are not in the free state)"
+            )
         if not attempts:
             lines.append("  no job started in the window: no typical task, FGD is 0")
-        lines.append(f"  {'node':<24} {'model':<24} {'GPUs':>4} {'free':>7} {'whole':>5} "
-                     f"{'FGD':>7}")
+        lines.append(
+            f"  {'node':<24} {'model':<24} {'GPUs':>4} {'free':>7} {'whole':>5} {'FGD':>7}"
+        )
         for r in self.per_node.iter_rows(named=True):
-            lines.append(f"  {r['node']:<24} {r['gpu_model']:<24} {r['gpus']:>4} "
-                         f"{r['free_gpus']:>7.2f} {r['whole_free_gpus']:>5} {r['fgd_gpus']:>7.2f}")
+            lines.append(
+                f"  {r['node']:<24} {r['gpu_model']:<24} {r['gpus']:>4} "
+                f"{r['free_gpus']:>7.2f} {r['whole_free_gpus']:>5} {r['fgd_gpus']:>7.2f}"
+            )
         if self.per_tenant_stranded.height:
             lines.append("  stranded GPUs by tenant (by their share of the partly used nodes):")
             for r in self.per_tenant_stranded.iter_rows(named=True):
-                lines.append(f"    {r['tenant']:<28} {r['gpu_model']:<24} "
-                             f"{r['stranded_gpus']:>7.2f}")
+                lines.append(
+                    f"    {r['tenant']:<28} {r['gpu_model']:<24} {r['stranded_gpus']:>7.2f}"
+                )
         lines.append("  largest job that could start now (quotas aside):")
         for r in self.largest_startable.iter_rows(named=True):
-            lines.append(f"    {r['gpu_model']:<24} {r['one_node_gpus']} GPUs on one node, "
-                         f"{r['total_gpus']} in total; largest free share of one GPU "
-                         f"{r['largest_free_share']:.2f}")
+            lines.append(
+                f"    {r['gpu_model']:<24} {r['one_node_gpus']} GPUs on one node, "
+                f"{r['total_gpus']} in total; largest free share of one GPU "
+                f"{r['largest_free_share']:.2f}"
+            )
         return "\n".join(lines)
 
 
@@ -358,9 +436,15 @@ def _span(window: dt.timedelta) -> str:
     return f"{window.total_seconds() / 3600:g} hours"
 
 
-def fragmentation_at(wh: Warehouse, cluster: str, at: dt.datetime, *,
-                     window: dt.timedelta = DEFAULT_WINDOW, scope: str = "model",
-                     mix_event: str = "started") -> FragmentationReport:
+def fragmentation_at(
+    wh: Warehouse,
+    cluster: str,
+    at: dt.datetime,
+    *,
+    window: dt.timedelta = DEFAULT_WINDOW,
+    scope: str = "model",
+    mix_event: str = "started",
+) -> FragmentationReport:
     """The cluster's FGD at ``at``, per node and tenant, with the startable job sizes."""
     at = _utc(at, "at")
     _check(scope, window, mix_event)
@@ -368,28 +452,43 @@ def fragmentation_at(wh: Warehouse, cluster: str, at: dt.datetime, *,
     per_node, per_tenant = evaluate(units, mix, scope)
     tasks = mix_from_counts(mix.iter_rows(named=True))
     task_mix = mix.drop("ts").with_columns(
-        pl.Series("popularity", [t.popularity for t in tasks], dtype=pl.Float64))
+        pl.Series("popularity", [t.popularity for t in tasks], dtype=pl.Float64)
+    )
     return FragmentationReport(
-        cluster=cluster, at=at, scope=scope, window=window,
+        cluster=cluster,
+        at=at,
+        scope=scope,
+        window=window,
         cluster_fgd_gpus=float(per_node["fgd_gpus"].sum()),
         free_gpus=float(per_node["free_gpus"].sum()),
         unplaced_held_gpus=float(unplaced["held_gpus"].sum()) if unplaced.height else 0.0,
-        per_node=per_node.drop("ts"), per_tenant_stranded=per_tenant.drop("ts"),
-        largest_startable=largest_startable(per_node, units), task_mix=task_mix)
+        per_node=per_node.drop("ts"),
+        per_tenant_stranded=per_tenant.drop("ts"),
+        largest_startable=largest_startable(per_node, units),
+        task_mix=task_mix,
+    )
 
 
 def _steps(start: dt.datetime, end: dt.datetime, step: dt.timedelta) -> int:
     if step <= dt.timedelta(0):
         raise FragmentationError(f"step {step} must be positive (e.g. 1 hour)")
     if end <= start:
-        raise FragmentationError(f"end ({end.isoformat()}) must be after start "
-                                 f"({start.isoformat()})")
+        raise FragmentationError(
+            f"end ({end.isoformat()}) must be after start ({start.isoformat()})"
+        )
     return -(-(end - start) // step)
 
 
-def _sampled(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime,
-             step: dt.timedelta, window: dt.timedelta, scope: str, mix_event: str
-             ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def _sampled(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    step: dt.timedelta,
+    window: dt.timedelta,
+    scope: str,
+    mix_event: str,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     start, end = _utc(start, "start"), _utc(end, "end")
     _check(scope, window, mix_event)
     n = _steps(start, end, step)
@@ -400,9 +499,17 @@ def _sampled(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime,
     return per_node.with_columns(hours), per_tenant.with_columns(hours), units
 
 
-def stranded_gpu_hours(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime,
-                       step: dt.timedelta = _HOUR, *, window: dt.timedelta = DEFAULT_WINDOW,
-                       scope: str = "model", mix_event: str = "started") -> pl.DataFrame:
+def stranded_gpu_hours(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    step: dt.timedelta = _HOUR,
+    *,
+    window: dt.timedelta = DEFAULT_WINDOW,
+    scope: str = "model",
+    mix_event: str = "started",
+) -> pl.DataFrame:
     """Per instant t_i = start + i * step in [start, end), pool and GPU model: the free and the
     stranded (FGD) GPUs at t_i, and stranded GPU-hours = stranded GPUs x min(step, end - t_i).
 
@@ -410,21 +517,36 @@ def stranded_gpu_hours(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.
     stranded_gpu_hours. A pool with no schedulable GPU at t_i has no row there.
     """
     per_node, _, _ = _sampled(wh, cluster, start, end, step, window, scope, mix_event)
-    return (per_node.group_by("ts", "pool", "gpu_model")
-            .agg(pl.col("capacity_gpus").sum(), pl.col("free_gpus").sum(),
-                 pl.col("fgd_gpus").sum().alias("stranded_gpus"),
-                 (pl.col("fgd_gpus") * pl.col("hours")).sum().alias("stranded_gpu_hours"))
-            .sort("ts", "pool", "gpu_model"))
+    return (
+        per_node.group_by("ts", "pool", "gpu_model")
+        .agg(
+            pl.col("capacity_gpus").sum(),
+            pl.col("free_gpus").sum(),
+            pl.col("fgd_gpus").sum().alias("stranded_gpus"),
+            (pl.col("fgd_gpus") * pl.col("hours")).sum().alias("stranded_gpu_hours"),
+        )
+        .sort("ts", "pool", "gpu_model")
+    )
 
 
-def stranded_by_tenant(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime,
-                       step: dt.timedelta = _HOUR, *, window: dt.timedelta = DEFAULT_WINDOW,
-                       scope: str = "model", mix_event: str = "started") -> pl.DataFrame:
+def stranded_by_tenant(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    step: dt.timedelta = _HOUR,
+    *,
+    window: dt.timedelta = DEFAULT_WINDOW,
+    scope: str = "model",
+    mix_event: str = "started",
+) -> pl.DataFrame:
     """Stranded GPU-hours over [start, end) per tenant and GPU model (same sampling as
     :func:`stranded_gpu_hours`, whose total it matches). Columns: tenant, pool, gpu_model,
     stranded_gpu_hours; ``__unallocated__`` holds the fragment of nodes nobody used.
     """
     _, per_tenant, _ = _sampled(wh, cluster, start, end, step, window, scope, mix_event)
-    return (per_tenant.group_by("tenant", "pool", "gpu_model")
-            .agg((pl.col("stranded_gpus") * pl.col("hours")).sum().alias("stranded_gpu_hours"))
-            .sort("stranded_gpu_hours", "tenant", descending=[True, False]))
+    return (
+        per_tenant.group_by("tenant", "pool", "gpu_model")
+        .agg((pl.col("stranded_gpus") * pl.col("hours")).sum().alias("stranded_gpu_hours"))
+        .sort("stranded_gpu_hours", "tenant", descending=[True, False])
+    )

@@ -60,8 +60,7 @@ def _by(by: Sequence[str]) -> list[str]:
     return list(by)
 
 
-def attempts(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime
-             ) -> pl.DataFrame:
+def attempts(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
     """One row per job attempt that waited, started or ended in [start, end) (see the SQL).
 
     Columns: job_id, attempt, tenant, queue, pool, gpu_model, priority, gpus_requested,
@@ -73,40 +72,57 @@ def attempts(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime
 
 
 # -- pure functions over attempt rows ---------------------------------------------------------
-def wait_percentiles(rows: pl.DataFrame, start: dt.datetime, end: dt.datetime,
-                     by: Sequence[str] = ("tenant", "queue", "gpu_model")) -> pl.DataFrame:
+def wait_percentiles(
+    rows: pl.DataFrame,
+    start: dt.datetime,
+    end: dt.datetime,
+    by: Sequence[str] = ("tenant", "queue", "gpu_model"),
+) -> pl.DataFrame:
     """Wait-time percentiles (seconds, linear interpolation) of attempts started in [start, end).
 
     Columns: the ``by`` columns, attempts, p50_s, p90_s, p99_s, mean_s, max_s, unknown_wait.
     """
     by = _by(by)
-    started = rows.filter(pl.col("started_ts").is_not_null() & (pl.col("started_ts") >= start)
-                          & (pl.col("started_ts") < end))
+    started = rows.filter(
+        pl.col("started_ts").is_not_null()
+        & (pl.col("started_ts") >= start)
+        & (pl.col("started_ts") < end)
+    )
     known = pl.col("queued_ts").is_not_null() & (pl.col("queued_ts") <= pl.col("started_ts"))
     started = started.with_columns(
-        pl.when(known).then((pl.col("started_ts") - pl.col("queued_ts")).dt.total_milliseconds()
-                            / 1000).alias("wait_s"))
+        pl.when(known)
+        .then((pl.col("started_ts") - pl.col("queued_ts")).dt.total_milliseconds() / 1000)
+        .alias("wait_s")
+    )
     wait = pl.col("wait_s").drop_nulls()
-    aggs = [wait.count().alias("attempts"),
-            *(wait.quantile(q, interpolation="linear").alias(f"p{int(q * 100)}_s")
-              for q in (0.5, 0.9, 0.99)),
-            wait.mean().alias("mean_s"), wait.max().alias("max_s"),
-            pl.col("wait_s").is_null().sum().alias("unknown_wait")]
+    aggs = [
+        wait.count().alias("attempts"),
+        *(
+            wait.quantile(q, interpolation="linear").alias(f"p{int(q * 100)}_s")
+            for q in (0.5, 0.9, 0.99)
+        ),
+        wait.mean().alias("mean_s"),
+        wait.max().alias("max_s"),
+        pl.col("wait_s").is_null().sum().alias("unknown_wait"),
+    ]
     if not by:
         return started.select(aggs)
     return started.group_by(by).agg(aggs).sort(by)
 
 
-def queue_length_series(rows: pl.DataFrame, instants: Sequence[dt.datetime],
-                        by: Sequence[str] = ()) -> pl.DataFrame:
+def queue_length_series(
+    rows: pl.DataFrame, instants: Sequence[dt.datetime], by: Sequence[str] = ()
+) -> pl.DataFrame:
     """Attempts (and GPUs they ask for) waiting at each instant: queued_ts <= t < left_queue_ts.
 
     Columns: ts, the ``by`` columns, waiting_attempts, waiting_gpus. Every instant appears for
     every group seen in ``rows`` (zeros included).
     """
     by = _by(by)
-    valid = rows.filter(pl.col("queued_ts").is_not_null() & (
-        pl.col("left_queue_ts").is_null() | (pl.col("left_queue_ts") >= pl.col("queued_ts"))))
+    valid = rows.filter(
+        pl.col("queued_ts").is_not_null()
+        & (pl.col("left_queue_ts").is_null() | (pl.col("left_queue_ts") >= pl.col("queued_ts")))
+    )
     t = np.array([_ms(i) for i in instants], dtype=np.int64)
     groups = valid.partition_by(by, as_dict=True) if by else {(): valid}
     out: list[pl.DataFrame] = []
@@ -115,15 +131,28 @@ def queue_length_series(rows: pl.DataFrame, instants: Sequence[dt.datetime],
         left = group["left_queue_ts"].dt.epoch("ms").fill_null(np.iinfo(np.int64).max).to_numpy()
         gpus = group["gpus_requested"].fill_null(0.0).to_numpy()
         count, weight = _inside(queued, left, gpus, t)
-        frame = pl.DataFrame({"ts": list(instants), "waiting_attempts": count,
-                              "waiting_gpus": weight},
-                             schema={"ts": pl.Datetime("ms", "UTC"), "waiting_attempts": pl.Int64,
-                                     "waiting_gpus": pl.Float64})
-        out.append(frame.with_columns(*(pl.lit(v, pl.String).alias(c)
-                                        for c, v in zip(by, key, strict=True))))
+        frame = pl.DataFrame(
+            {"ts": list(instants), "waiting_attempts": count, "waiting_gpus": weight},
+            schema={
+                "ts": pl.Datetime("ms", "UTC"),
+                "waiting_attempts": pl.Int64,
+                "waiting_gpus": pl.Float64,
+            },
+        )
+        out.append(
+            frame.with_columns(
+                *(pl.lit(v, pl.String).alias(c) for c, v in zip(by, key, strict=True))
+            )
+        )
     if not out:  # grouped, and nothing waited
-        return pl.DataFrame(schema={"ts": pl.Datetime("ms", "UTC"), **dict.fromkeys(by, pl.String),
-                                    "waiting_attempts": pl.Int64, "waiting_gpus": pl.Float64})
+        return pl.DataFrame(
+            schema={
+                "ts": pl.Datetime("ms", "UTC"),
+                **dict.fromkeys(by, pl.String),
+                "waiting_attempts": pl.Int64,
+                "waiting_gpus": pl.Float64,
+            }
+        )
     return pl.concat(out).select("ts", *by, "waiting_attempts", "waiting_gpus").sort("ts", *by)
 
 
@@ -131,8 +160,9 @@ def _ms(ts: dt.datetime) -> int:
     return int(_utc(ts, "instant").timestamp() * 1000)
 
 
-def _inside(start: np.ndarray, end: np.ndarray, weight: np.ndarray, t: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray]:
+def _inside(
+    start: np.ndarray, end: np.ndarray, weight: np.ndarray, t: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """How many [start, end) intervals contain each t, and the sum of their weights."""
     s_order, e_order = np.argsort(start, kind="stable"), np.argsort(end, kind="stable")
     s_sorted, e_sorted = start[s_order], end[e_order]
@@ -143,8 +173,9 @@ def _inside(start: np.ndarray, end: np.ndarray, weight: np.ndarray, t: np.ndarra
     return opened - closed, np.round(s_cum[opened] - e_cum[closed], 9)
 
 
-def outcome_rates(rows: pl.DataFrame, start: dt.datetime, end: dt.datetime,
-                  by: Sequence[str] = ("tenant",)) -> pl.DataFrame:
+def outcome_rates(
+    rows: pl.DataFrame, start: dt.datetime, end: dt.datetime, by: Sequence[str] = ("tenant",)
+) -> pl.DataFrame:
     """How the attempts that ran ended in [start, end), with failure and preemption rates.
 
     Columns: the ``by`` columns, ended, finished, failed, preempted, evicted, cancelled,
@@ -154,15 +185,24 @@ def outcome_rates(rows: pl.DataFrame, start: dt.datetime, end: dt.datetime,
     in_window = (pl.col("ended_ts") >= start) & (pl.col("ended_ts") < end)
     ran = pl.col("started_ts").is_not_null()
     counts = [(in_window & ran & (pl.col("end_event") == e)).sum().alias(e) for e in ENDINGS]
-    frame = rows.filter(in_window).group_by(by or pl.lit(0).alias("_all")).agg(
-        (in_window & ran).sum().alias("ended"), *counts,
-        (in_window & ~ran & (pl.col("end_event") == "cancelled")).sum()
-        .alias("cancelled_waiting"))
+    frame = (
+        rows.filter(in_window)
+        .group_by(by or pl.lit(0).alias("_all"))
+        .agg(
+            (in_window & ran).sum().alias("ended"),
+            *counts,
+            (in_window & ~ran & (pl.col("end_event") == "cancelled"))
+            .sum()
+            .alias("cancelled_waiting"),
+        )
+    )
     ended = pl.col("ended")
     frame = frame.with_columns(
         pl.when(ended > 0).then(pl.col("failed") / ended).alias("failure_rate"),
-        pl.when(ended > 0).then((pl.col("preempted") + pl.col("evicted")) / ended)
-        .alias("preemption_rate"))
+        pl.when(ended > 0)
+        .then((pl.col("preempted") + pl.col("evicted")) / ended)
+        .alias("preemption_rate"),
+    )
     cols = [*by, "ended", *ENDINGS, "failure_rate", "preemption_rate", "cancelled_waiting"]
     return frame.select(cols).sort(by) if by else frame.select(cols)
 
@@ -173,12 +213,18 @@ def reason_class(reason: pl.Expr) -> pl.Expr:
     "preempted by job-42 (priority class high)" -> "preempted by <job> (priority class high)";
     "Evicted: node n7 drained" -> "Evicted: node <node> drained". Xid numbers are kept.
     """
-    return (reason.str.replace(r"^preempted by \S+", "preempted by <job>")
-            .str.replace_all(r"\bnode \S+", "node <node>"))
+    return reason.str.replace(r"^preempted by \S+", "preempted by <job>").str.replace_all(
+        r"\bnode \S+", "node <node>"
+    )
 
 
-def top_reasons(rows: pl.DataFrame, start: dt.datetime, end: dt.datetime, n: int = 5,
-                by: Sequence[str] = ("tenant",)) -> pl.DataFrame:
+def top_reasons(
+    rows: pl.DataFrame,
+    start: dt.datetime,
+    end: dt.datetime,
+    n: int = 5,
+    by: Sequence[str] = ("tenant",),
+) -> pl.DataFrame:
     """The ``n`` most frequent reasons per group and ending (failed, preempted, evicted).
 
     Columns: the ``by`` columns, end_event, reason, attempts, share (of that group's attempts
@@ -186,48 +232,76 @@ def top_reasons(rows: pl.DataFrame, start: dt.datetime, end: dt.datetime, n: int
     """
     by = _by(by)
     keys = [*by, "end_event"]
-    lost = rows.filter((pl.col("ended_ts") >= start) & (pl.col("ended_ts") < end)
-                       & pl.col("end_event").is_in(LOST_EVENTS))
-    counted = (lost.with_columns(reason_class(pl.col("end_reason")).alias("reason"))
-               .group_by(*keys, "reason").agg(pl.len().cast(pl.Int64).alias("attempts"))
-               .sort([*keys, "attempts", "reason"], descending=[False] * len(keys) + [True, False]))
-    return (counted.with_columns(
+    lost = rows.filter(
+        (pl.col("ended_ts") >= start)
+        & (pl.col("ended_ts") < end)
+        & pl.col("end_event").is_in(LOST_EVENTS)
+    )
+    counted = (
+        lost.with_columns(reason_class(pl.col("end_reason")).alias("reason"))
+        .group_by(*keys, "reason")
+        .agg(pl.len().cast(pl.Int64).alias("attempts"))
+        .sort([*keys, "attempts", "reason"], descending=[False] * len(keys) + [True, False])
+    )
+    return counted.with_columns(
         (pl.col("attempts") / pl.col("attempts").sum().over(keys)).alias("share"),
-        pl.int_range(1, pl.len() + 1).over(keys).alias("rank"))
-        .filter(pl.col("rank") <= n))
+        pl.int_range(1, pl.len() + 1).over(keys).alias("rank"),
+    ).filter(pl.col("rank") <= n)
 
 
-def lost_hours(rows: pl.DataFrame, start: dt.datetime, end: dt.datetime,
-               by: Sequence[str] = ("tenant",)) -> pl.DataFrame:
+def lost_hours(
+    rows: pl.DataFrame, start: dt.datetime, end: dt.datetime, by: Sequence[str] = ("tenant",)
+) -> pl.DataFrame:
     """GPU-hours of attempts that ended failed, preempted or evicted in [start, end).
 
     Columns: the ``by`` columns, failed_gpu_hours, preempted_gpu_hours, evicted_gpu_hours,
     lost_gpu_hours, lost_attempts.
     """
     by = _by(by)
-    lost = rows.filter((pl.col("ended_ts") >= start) & (pl.col("ended_ts") < end)
-                       & pl.col("end_event").is_in(LOST_EVENTS)
-                       & pl.col("started_ts").is_not_null())
-    aggs = [*((pl.col("gpu_hours") * (pl.col("end_event") == e)).sum().alias(f"{e}_gpu_hours")
-              for e in LOST_EVENTS),
-            pl.col("gpu_hours").sum().alias("lost_gpu_hours"),
-            pl.len().cast(pl.Int64).alias("lost_attempts")]
+    lost = rows.filter(
+        (pl.col("ended_ts") >= start)
+        & (pl.col("ended_ts") < end)
+        & pl.col("end_event").is_in(LOST_EVENTS)
+        & pl.col("started_ts").is_not_null()
+    )
+    aggs = [
+        *(
+            (pl.col("gpu_hours") * (pl.col("end_event") == e)).sum().alias(f"{e}_gpu_hours")
+            for e in LOST_EVENTS
+        ),
+        pl.col("gpu_hours").sum().alias("lost_gpu_hours"),
+        pl.len().cast(pl.Int64).alias("lost_attempts"),
+    ]
     if not by:
         return lost.select(aggs)
-    return lost.group_by(by).agg(aggs).sort("lost_gpu_hours", *by,
-                                            descending=[True] + [False] * len(by))
+    return (
+        lost.group_by(by)
+        .agg(aggs)
+        .sort("lost_gpu_hours", *by, descending=[True] + [False] * len(by))
+    )
 
 
 # -- the warehouse side -----------------------------------------------------------------------
-def wait_times(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime,
-               by: Sequence[str] = ("tenant", "queue", "gpu_model")) -> pl.DataFrame:
+def wait_times(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    by: Sequence[str] = ("tenant", "queue", "gpu_model"),
+) -> pl.DataFrame:
     """Wait-time percentiles per group over [start, end) (see :func:`wait_percentiles`)."""
     start, end = _window(start, end)
     return wait_percentiles(attempts(wh, cluster, start, end), start, end, by)
 
 
-def queue_length(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime,
-                 step: dt.timedelta = _HOUR, by: Sequence[str] = ()) -> pl.DataFrame:
+def queue_length(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    step: dt.timedelta = _HOUR,
+    by: Sequence[str] = (),
+) -> pl.DataFrame:
     """Attempts waiting at each instant start + i * step in [start, end)."""
     start, end = _window(start, end)
     if step <= dt.timedelta(0):
@@ -236,11 +310,19 @@ def queue_length(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.dateti
     return queue_length_series(attempts(wh, cluster, start, end), instants, by)
 
 
-def failures(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime,
-             by: Sequence[str] = ("tenant",), top: int = 5
-             ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def failures(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    by: Sequence[str] = ("tenant",),
+    top: int = 5,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(outcome rates, top reasons, lost GPU-hours) per group over [start, end), from one query."""
     start, end = _window(start, end)
     rows = attempts(wh, cluster, start, end)
-    return (outcome_rates(rows, start, end, by), top_reasons(rows, start, end, top, by),
-            lost_hours(rows, start, end, by))
+    return (
+        outcome_rates(rows, start, end, by),
+        top_reasons(rows, start, end, top, by),
+        lost_hours(rows, start, end, by),
+    )

@@ -25,9 +25,8 @@ import dataclasses
 import datetime as dt
 import decimal
 import hashlib
-import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import polars as pl
@@ -50,12 +49,7 @@ from collector.records import (
 
 from . import queries
 from .checks import (
-    FUTURE_REASON,
-    MAX_FUTURE_SKEW,
-    MAX_LABEL_CHARS,
-    RATIO_REASON,
     RawWindow,
-    aware,
     check_event,
     check_gpu,
     check_health,
@@ -65,27 +59,16 @@ from .checks import (
     check_quota,
     check_rule,
     check_tenant,
-    too_old_reason,
 )
 from .client import Warehouse, WarehouseError
-
-_RATIO_FIELDS = ("gpu_util_ratio", "gr_engine_active_ratio", "mem_util_ratio")
-_NONNEG_FLOAT_FIELDS = ("power_watts",)
-_LABEL_FIELDS = (
-    "cluster",
-    "node",
-    "gpu_uuid",
-    "gpu_model",
-    "vendor",
-    "mig_instance",
-    "mig_profile",
-    "pod",
-    "namespace",
-    "container",
-    "job_id",
-    "source",
+from .sample_checks import (
+    Rejects,
+    coerce_samples,
+    record_payload,
+    sample_problems,
+    validate_samples,
 )
-_REQUIRED_FIELDS = ("cluster", "node", "gpu_uuid")
+
 _QUARANTINE_COLUMNS = (
     "received_at",
     "source",
@@ -97,7 +80,6 @@ _QUARANTINE_COLUMNS = (
     "payload",
 )
 _SAMPLE_SCHEMA = pl.Schema(SAMPLE_SCHEMA)
-Rejects = list[tuple[str, str, str, str]]  # (field, value, reason, payload)
 Check = Callable[[Any], tuple[str, str, str] | None]
 
 
@@ -124,17 +106,6 @@ def content_id(*parts: bytes) -> str:
     for part in parts:
         digest.update(part)
     return digest.hexdigest()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    return str(value)
-
-
-def _payload(row: Mapping[str, Any] | Sequence[Any]) -> str:
-    data = row._asdict() if hasattr(row, "_asdict") else row
-    return json.dumps(data, default=_json_default)[:65536]
 
 
 class Ingestor:
@@ -199,8 +170,8 @@ class Ingestor:
         self, samples: pl.DataFrame | Sequence[GpuSample], batch_id: str | None = None
     ) -> IngestResult:
         """Validate and insert GPU samples (a frame with SAMPLE_SCHEMA's columns, or records)."""
-        frame, rejects = _coerce_samples(samples)
-        good, bad = _validate_samples(frame, self.now(), self.raw_retention)
+        frame, rejects = coerce_samples(samples)
+        good, bad = validate_samples(frame, self.now(), self.raw_retention)
         rejects.extend(bad)
         if batch_id is None:
             batch_id = content_id(
@@ -426,9 +397,9 @@ class Ingestor:
             given = batch.samples
             rejects: Rejects = []
             if isinstance(given, pl.DataFrame) and given.schema == _SAMPLE_SCHEMA:
-                frame = given  # as _coerce_samples would return it, sooner
+                frame = given  # as coerce_samples would return it, sooner
             else:
-                frame, rejects = _coerce_samples(given)
+                frame, rejects = coerce_samples(given)
             source = str(frame["source"][0]) if frame.height else ""
             if rejects:
                 keep("gpu_sample", f"{member}:samples", source, rejects)
@@ -439,7 +410,7 @@ class Ingestor:
         if not frames:
             return pl.DataFrame(schema=SAMPLE_SCHEMA)
         frame = pl.concat(frames)
-        bad, rejects = _sample_problems(frame, now, self.raw_retention)
+        bad, rejects = sample_problems(frame, now, self.raw_retention)
         if bad is None:
             return frame
         for index, reject in zip(bad.arg_true().to_list(), rejects, strict=True):
@@ -479,7 +450,7 @@ def _split_records(
         if problem is None:
             good.append(row(record))
         else:
-            rejects.append((*problem, _payload(record)))
+            rejects.append((*problem, record_payload(record)))
     return good, rejects
 
 
@@ -507,152 +478,6 @@ def _dedup(token: str) -> dict[str, Any]:
         "insert_deduplication_token": token,
         "deduplicate_blocks_in_dependent_materialized_views": 1,
     }
-
-
-# -- sample validation (vectorised) -----------------------------------------------------------
-def _coerce_samples(
-    samples: pl.DataFrame | Sequence[GpuSample],
-) -> tuple[pl.DataFrame, list[tuple[str, str, str, str]]]:
-    """Bring ``samples`` to SAMPLE_SCHEMA; a row with a value that does not fit is rejected."""
-    if isinstance(samples, pl.DataFrame):
-        missing = [c for c in SAMPLE_SCHEMA if c not in samples.columns]
-        if missing:
-            raise ValueError(
-                f"sample frame lacks columns {missing}: build it with "
-                "collector.records.SAMPLE_SCHEMA"
-            )
-        raw = samples.select(list(SAMPLE_SCHEMA))
-        if raw.schema == pl.Schema(SAMPLE_SCHEMA):
-            return raw, []
-        pairs = {
-            name: (raw[name], _cast(raw[name], dtype)) for name, dtype in SAMPLE_SCHEMA.items()
-        }
-    else:
-        rows = list(samples)
-        pairs = {name: _convert(name, [r[i] for r in rows]) for i, name in enumerate(SAMPLE_SCHEMA)}
-    height = len(pairs["ts"][1])
-    bad = pl.Series([False] * height)
-    rejects: list[tuple[str, str, str, str]] = []
-    for name, (original, converted) in pairs.items():
-        lost = converted.is_null() & original.is_not_null() & ~bad
-        for idx in lost.arg_true().to_list():
-            value = original[idx]
-            rejects.append(
-                (
-                    name,
-                    str(value),
-                    f"{name} {value!r} is not a valid {SAMPLE_SCHEMA[name]}",
-                    _payload({k: str(o[idx]) for k, (o, _c) in pairs.items()}),
-                )
-            )
-        bad = bad | lost
-    frame = pl.DataFrame([converted for _o, converted in pairs.values()])
-    return frame.filter(~bad), rejects
-
-
-def _cast(series: pl.Series, dtype: pl.DataType) -> pl.Series:
-    try:
-        return series.cast(dtype, strict=False)
-    except pl.exceptions.PolarsError:
-        return pl.Series(series.name, [None] * len(series), dtype=dtype)
-
-
-def _convert(name: str, values: list[Any]) -> tuple[pl.Series, pl.Series]:
-    """(the values as given, the values in the schema's type with misfits as null)."""
-    dtype = SAMPLE_SCHEMA[name]
-    if name == "ts":
-        given = pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
-        return given, pl.Series(name, [v if aware(v) else None for v in values], dtype=dtype)
-    try:
-        series = pl.Series(name, values, dtype=dtype, strict=True)
-        return series, series
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        given = pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
-        return given, pl.Series(name, [_one(v, dtype) for v in values], dtype=dtype)
-
-
-def _one(value: Any, dtype: pl.DataType) -> Any:
-    try:
-        return pl.Series([value], dtype=dtype, strict=True)[0]
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        return None
-
-
-def _validate_samples(
-    frame: pl.DataFrame, now: dt.datetime, retention: dt.timedelta
-) -> tuple[pl.DataFrame, list[tuple[str, str, str, str]]]:
-    """Split ``frame`` into valid rows and rejects (field, value, reason, payload)."""
-    bad, rejects = _sample_problems(frame, now, retention)
-    return (frame if bad is None else frame.filter(~bad)), rejects
-
-
-def _sample_problems(
-    frame: pl.DataFrame, now: dt.datetime, retention: dt.timedelta
-) -> tuple[pl.Series | None, Rejects]:
-    """(a mask of the invalid rows, or None when all are valid; their rejects in row order)."""
-    oldest = now - retention
-    newest = now + MAX_FUTURE_SKEW
-    checks: list[tuple[str, pl.Expr, str]] = [
-        ("ts", pl.col("ts").is_null(), "ts is missing"),
-        (
-            "ts",
-            pl.col("ts") < oldest,
-            too_old_reason(
-                retention, "the sample would be dropped from gpu_samples but kept in rollups"
-            ),
-        ),
-        (
-            "ts",
-            pl.col("ts") > newest,
-            FUTURE_REASON,
-        ),
-    ]
-    for name in _REQUIRED_FIELDS:
-        checks.append((name, pl.col(name).fill_null("") == "", f"{name} is empty"))
-    for name in _LABEL_FIELDS:
-        checks.append(
-            (
-                name,
-                pl.col(name).str.len_chars() > MAX_LABEL_CHARS,
-                f"{name} is longer than {MAX_LABEL_CHARS} characters",
-            )
-        )
-    for name in _RATIO_FIELDS:
-        col = pl.col(name)
-        checks.append(
-            (
-                name,
-                col.is_nan() | (col < 0) | (col > 1),
-                f"{name} {RATIO_REASON}",
-            )
-        )
-    for name in (*_NONNEG_FLOAT_FIELDS, "temperature_celsius"):
-        col = pl.col(name)
-        checks.append((name, col.is_nan() | col.is_infinite(), f"{name} is NaN or infinite"))
-    for name in _NONNEG_FLOAT_FIELDS:
-        checks.append((name, pl.col(name) < 0, f"{name} must not be negative"))
-    checks.append(
-        (
-            "memory_used_bytes",
-            pl.col("memory_used_bytes") > pl.col("memory_total_bytes"),
-            "memory_used_bytes exceeds memory_total_bytes",
-        )
-    )
-
-    flags = frame.select(
-        [expr.fill_null(False).alias(f"_{i}") for i, (_, expr, _) in enumerate(checks)]
-    )
-    any_bad = flags.select(pl.any_horizontal(pl.all()).alias("bad"))["bad"]
-    if not any_bad.any():
-        return None, []
-    rejects = []
-    bad_rows = frame.filter(any_bad)
-    bad_flags = flags.filter(any_bad)
-    for row, flag_row in zip(bad_rows.iter_rows(named=True), bad_flags.iter_rows(), strict=True):
-        first = next(i for i, f in enumerate(flag_row) if f)
-        field, _, reason = checks[first]
-        rejects.append((field, str(row[field]), reason, _payload(row)))
-    return any_bad, rejects
 
 
 def _config_row(r: Any) -> tuple[Any, ...]:

@@ -17,7 +17,10 @@ The steps, and what each guarantees:
    ``max_ms``. Before inserting it fsyncs a manifest naming the members, the clock the checks
    use, and the group's deduplication token (a hash of the member ids).
 3. Write. ``Ingestor.write_group``: one insert per table, each under that token; quarantine
-   and allocation re-derivation as if each batch had been written alone.
+   and allocation re-derivation as if each batch had been written alone. Samples of GPUs with
+   no inventory are quarantined; when there are any, the manifest keeps which GPUs those were
+   (fsync'd before the first insert), so that a group written again after a crash is checked
+   against the same answer even if the inventory came meanwhile.
 4. Forget. The member ids are appended (fsync'd) to the accepted-ids log; then the member
    files and the manifest are removed.
 
@@ -201,6 +204,8 @@ class Group:
     members: list[SpooledBatch]
     batches: list[Batch]
     received: float  # time.monotonic() when its oldest batch arrived (or the server started)
+    #: (cluster, gpu_uuid) pairs checked as having no inventory; None: not asked yet
+    unknown_gpus: list[tuple[str, str]] | None = None
 
     @property
     def rows(self) -> int:
@@ -433,6 +438,7 @@ class Coalescer:
     def _load_group(self, path: Path) -> Group | None:
         """A manifest left by a crash, as a group to write again; None when it was written."""
         token, now, names = _read_manifest(path)
+        unknown = _manifest_unknown_gpus(path)
         members = [SpooledBatch(self.directory / name, bid) for name, bid in names]
         rejected = self.directory / "rejected"
         if any(not m.path.exists() and not (rejected / m.path.name).exists() for m in members):
@@ -451,7 +457,7 @@ class Coalescer:
             len(kept),
             token,
         )
-        return Group(path, token, now, kept, batches, self._started)
+        return Group(path, token, now, kept, batches, self._started, unknown)
 
     def _write_until_done(self, group: Group) -> bool:
         """Write ``group``, retrying with backoff; False when stopping gave up on it."""
@@ -486,7 +492,12 @@ class Coalescer:
         self._clock = group.now
         started = time.perf_counter()
         pairs = [(m.batch_id, b) for m, b in zip(group.members, group.batches, strict=True)]
-        result = self._ingestor.write_group(pairs, group.token)
+        if group.unknown_gpus is None:
+            unknown = sorted(self._ingestor.unknown_gpus(pairs))
+            if unknown:  # an empty answer cannot change: inventory only ever arrives
+                _keep_unknown_gpus(group.manifest, unknown)
+            group.unknown_gpus = unknown
+        result = self._ingestor.write_group(pairs, group.token, group.unknown_gpus)
         self.metrics.seconds.observe(time.perf_counter() - started)
         self.metrics.group_batches.observe(len(group.members))
         self.metrics.group_rows.observe(group.rows)
@@ -534,6 +545,20 @@ def _read_manifest(path: Path) -> tuple[str, dt.datetime, list[tuple[str, str]]]
     body = json.loads(path.read_text(encoding="utf-8"))
     members = [(str(name), str(bid)) for name, bid in body["members"]]
     return str(body["token"]), dt.datetime.fromisoformat(body["now"]), members
+
+
+def _manifest_unknown_gpus(path: Path) -> list[tuple[str, str]] | None:
+    body = json.loads(path.read_text(encoding="utf-8"))
+    if "unknown_gpus" not in body:
+        return None
+    return [(str(c), str(u)) for c, u in body["unknown_gpus"]]
+
+
+def _keep_unknown_gpus(path: Path, unknown: list[tuple[str, str]]) -> None:
+    """Add the GPUs a group's check found without inventory to its manifest (fsync'd)."""
+    body = json.loads(path.read_text(encoding="utf-8"))
+    body["unknown_gpus"] = [list(k) for k in unknown]
+    write_durably(path, json.dumps(body).encode())
 
 
 def _newest_sample(batches: list[Batch]) -> dt.datetime | None:

@@ -11,6 +11,7 @@ import itertools
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,3 +73,41 @@ def recent(anchor: dt.datetime, margin: dt.timedelta = dt.timedelta(days=2)) -> 
     week = dt.timedelta(weeks=1)
     latest = dt.datetime.now(dt.UTC) - margin
     return anchor + max(0, (latest - anchor) // week) * week
+
+
+#: When :func:`give_inventory` says the GPUs appeared: before any test's data.
+INVENTORY_SINCE = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+
+
+def give_inventory(
+    wh: Warehouse, records: Any, ts: dt.datetime = INVENTORY_SINCE, pool: str = ""
+) -> int:
+    """Write an inventory row for every GPU that ``records`` name, so that their samples,
+    processes and health rows are not quarantined as coming from an unknown GPU.
+
+    ``records``: a sample frame, or records with ``cluster``, ``gpu_uuid`` (and optionally
+    ``node``, ``gpu_index``, ``gpu_model``): samples, processes, health rows. One whole-GPU
+    row per (cluster, gpu_uuid), as of ``ts``. Returns how many GPUs it wrote.
+    """
+    from collector.records import GpuInventory
+    from warehouse.ingest import Ingestor
+
+    rows = records.to_dicts() if hasattr(records, "to_dicts") else [r._asdict() for r in records]
+    gpus: dict[tuple[str, str], GpuInventory] = {}
+    for r in rows:
+        key = (r["cluster"], r["gpu_uuid"])
+        if key in gpus or not all(key):
+            continue
+        gpus[key] = GpuInventory(
+            ts=ts,
+            cluster=key[0],
+            pool=pool,
+            node=r.get("node") or "n1",
+            gpu_uuid=key[1],
+            gpu_index=r["gpu_index"] if isinstance(r.get("gpu_index"), int) else 0,
+            gpu_model=r.get("gpu_model") or "",
+            memory_total_bytes=r.get("memory_total_bytes"),
+            source="test",
+        )
+    Ingestor(wh, 36500).write_gpus(list(gpus.values()))
+    return len(gpus)

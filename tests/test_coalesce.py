@@ -9,8 +9,10 @@ All against the real embedded engine.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
+import json
 import os
 import re
 import shutil
@@ -23,7 +25,7 @@ import flask
 import flask.testing
 import polars as pl
 import pytest
-from conftest import recent
+from conftest import give_inventory, recent
 from werkzeug.test import TestResponse
 
 from collector.records import (
@@ -40,7 +42,7 @@ from collector.spool import dump_batch
 from gpuledger.coalesce import AcceptedIds, CoalesceError, Coalescer, group_token
 from gpuledger.server import register
 from gpuledger.settings import SettingsError, load_settings
-from warehouse.client import Warehouse
+from warehouse.client import Warehouse, WarehouseError
 from warehouse.ingest import Ingestor
 from warehouse.migrate import RenderOptions, migrate
 
@@ -68,12 +70,31 @@ def samples(start: dt.datetime, gpus: int = 8, node: str = "n1", **kw: object) -
     return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
 
 
-def polls(n: int, node: str = "n1") -> list[tuple[str, Batch]]:
+def polls(n: int, node: str = "n1", inventory: bool = False) -> list[tuple[str, Batch]]:
+    """``n`` polls of a node; with ``inventory`` the first carries its GPUs' inventory, as an
+    agent's first batch does."""
     start = NOW - dt.timedelta(minutes=30)
-    return [
+    out = [
         (f"{node}:nvml:{i}", Batch(samples=samples(start + dt.timedelta(seconds=i), node=node)))
         for i in range(n)
     ]
+    if inventory and out:
+        out[0] = (out[0][0], dataclasses.replace(out[0][1], gpus=gpus_of(node)))
+    return out
+
+
+def gpus_of(node: str, gpus: int = 8) -> list[GpuInventory]:
+    start = NOW - dt.timedelta(hours=3)
+    return [
+        GpuInventory(start, "c1", "p", node, f"GPU-{node}-{g}", g, "H100", memory_total_bytes=100)
+        for g in range(gpus)
+    ]
+
+
+def known(wh: Warehouse, *nodes: str) -> None:
+    """The GPUs of ``nodes`` in the warehouse's inventory (their samples are not quarantined)."""
+    for node in nodes:
+        Ingestor(wh, 35, now=lambda: NOW).write_gpus(gpus_of(node))
 
 
 def count(wh: Warehouse, table: str, where: str = "1") -> int:
@@ -185,6 +206,9 @@ def state(wh: Warehouse) -> dict[str, object]:
 
 def test_a_group_writes_what_each_batch_alone_writes(wh: Warehouse, other_wh: Warehouse) -> None:
     members = mixed_members()
+    for db in (wh, other_wh):
+        for _batch_id, batch in members:
+            give_inventory(db, batch.samples)
     alone = Ingestor(other_wh, 35, now=lambda: NOW)
     for batch_id, batch in members:
         alone.write(batch, batch_id=batch_id)
@@ -213,6 +237,7 @@ def test_a_group_writes_what_each_batch_alone_writes(wh: Warehouse, other_wh: Wa
 # -- crashes between the steps ----------------------------------------------------------------
 def test_a_crash_before_the_insert_is_replayed_once(wh: Warehouse, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
+    known(wh, "n1", "n9")
     first = coalescer(wh, spool)
     accept_all(first, polls(5))
     group = first.form_group()  # the manifest is fsync'd; then the process dies
@@ -231,6 +256,7 @@ def test_a_crash_before_the_insert_is_replayed_once(wh: Warehouse, tmp_path: Pat
 
 def test_a_crash_after_the_insert_writes_nothing_twice(wh: Warehouse, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
+    known(wh, "n1")
     first = coalescer(wh, spool)
     accept_all(first, polls(6))
     group = first.form_group()
@@ -250,6 +276,7 @@ def test_a_crash_after_the_insert_writes_nothing_twice(wh: Warehouse, tmp_path: 
 
 def test_a_crash_while_forgetting_finishes_forgetting(wh: Warehouse, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
+    known(wh, "n1")
     first = coalescer(wh, spool)
     batches = polls(4)
     accept_all(first, batches)
@@ -271,8 +298,40 @@ def test_a_crash_while_forgetting_finishes_forgetting(wh: Warehouse, tmp_path: P
     third.stop(timeout_s=0)
 
 
+def test_a_group_written_again_is_checked_against_the_same_unknown_gpus(
+    wh: Warehouse, tmp_path: Path
+) -> None:
+    """A group with samples of known and of unknown GPUs is cut short after its samples
+    insert; the inventory of the unknown ones comes before it is written again. The manifest
+    kept which GPUs were unknown, so their samples are quarantined as the first time, not
+    dropped with the group's duplicate samples insert (which holds the first attempt's rows)."""
+    spool = tmp_path / "spool"
+    known(wh, "n1")
+    first = coalescer(wh, spool)
+    accept_all(first, polls(2, node="n1") + polls(2, node="nx"))
+    group = first.form_group()
+    assert group is not None and len(group.members) == 4
+    db = wh.database
+    wh.command(f"RENAME TABLE {db}.quarantine TO {db}.quarantine_away")  # its insert will fail
+    with pytest.raises(WarehouseError, match="quarantine does not exist"):
+        first.write(group)
+    first.stop(timeout_s=0)
+    assert count(wh, "gpu_samples") == 2 * 8  # n1's: the samples insert went through
+    manifest = json.loads(group.manifest.read_text(encoding="utf-8"))
+    assert manifest["unknown_gpus"] == [["c1", f"GPU-nx-{g}"] for g in range(8)]
+    known(wh, "nx")  # the inventory arrives while the server is down
+    wh.command(f"RENAME TABLE {db}.quarantine_away TO {db}.quarantine")
+    second = coalescer(wh, spool)
+    second.start()
+    assert second.drain() and second.stop()
+    assert sample_counts(wh) == (2 * 8, 2 * 8, 2 * 8)
+    assert count(wh, "quarantine", "startsWith(reason, 'unknown_gpu: ')") == 2 * 8
+    assert not list((spool / "groups").iterdir())
+
+
 # -- duplicates, a full spool, a warehouse that is not there ----------------------------------
 def test_duplicates_are_written_once(wh: Warehouse, tmp_path: Path) -> None:
+    known(wh, "n1")
     c = coalescer(wh, tmp_path / "spool", max_ms=20)
     batch_id, batch = polls(1)[0]
     data = dump_batch(batch)
@@ -311,6 +370,7 @@ def post(client: flask.testing.FlaskClient, batch_id: str, batch: Batch) -> Test
 
 
 def test_a_full_spool_answers_503_with_retry_after(wh: Warehouse, tmp_path: Path) -> None:
+    known(wh, "n1")
     batches = polls(3)
     size = len(dump_batch(batches[0][1]))
     c = coalescer(wh, tmp_path / "spool", max_bytes=int(2.5 * size))  # not started: no flushing
@@ -339,7 +399,7 @@ def test_batches_wait_in_the_spool_until_the_warehouse_takes_them(
     client = http(c, wh)
     c.start()
     try:
-        batches = polls(5)
+        batches = polls(5, inventory=True)
         assert {post(client, b, x).status_code for b, x in batches} == {202}
         deadline = time.monotonic() + 30
         while c.last_error is None and time.monotonic() < deadline:
@@ -361,6 +421,7 @@ def test_batches_wait_in_the_spool_until_the_warehouse_takes_them(
 
 
 def test_groups_hold_up_to_max_rows(wh: Warehouse, tmp_path: Path) -> None:
+    known(wh, "n1")
     c = coalescer(wh, tmp_path / "spool", max_rows=20)
     accept_all(c, polls(5))  # 8 rows each: groups of 2, 2, 1
     sizes = []

@@ -4,7 +4,7 @@ import datetime as dt
 import json
 
 import polars as pl
-from conftest import recent
+from conftest import give_inventory, recent
 
 from collector.records import (
     SAMPLE_SCHEMA,
@@ -71,6 +71,7 @@ def test_resending_a_batch_writes_nothing_twice(wh: Warehouse) -> None:
     ing = ingestor(wh)
     # spans midnight: two partitions, so the insert is split into several blocks
     batch = frame(4, dt.datetime(2026, 11, 18, 23, 50, tzinfo=dt.UTC), 20)
+    give_inventory(wh, batch)
     first = ing.write_samples(batch)
     assert first.written["gpu_samples"] == batch.height == 4 * 120
     for _ in range(2):  # a retry after a timeout, twice
@@ -88,6 +89,7 @@ def test_resending_a_batch_writes_nothing_twice(wh: Warehouse) -> None:
 
 def test_explicit_batch_id_dedups_across_ingestors(wh: Warehouse) -> None:
     batch = frame(2, dt.datetime(2026, 11, 19, tzinfo=dt.UTC), 2)
+    give_inventory(wh, batch)
     ingestor(wh).write_samples(batch, batch_id="spool-0001")
     ingestor(wh).write_samples(batch, batch_id="spool-0001")
     assert count(wh, "gpu_samples") == batch.height
@@ -105,6 +107,7 @@ def test_bad_rows_are_quarantined_with_field_and_reason(wh: Warehouse) -> None:
         "memory_used_bytes": sample(t, memory_used_bytes=200),
         "temperature_celsius": sample(t, temperature_celsius=float("inf")),
     }
+    give_inventory(wh, good)
     result = ingestor(wh).write_samples([*good, *bad.values()])
     assert result.written["gpu_samples"] == 2
     assert result.quarantined_total == len(bad)
@@ -122,6 +125,7 @@ def test_bad_rows_are_quarantined_with_field_and_reason(wh: Warehouse) -> None:
 
 def test_values_of_the_wrong_type_are_quarantined(wh: Warehouse) -> None:
     t = dt.datetime(2026, 11, 20, 11, 0, tzinfo=dt.UTC)
+    give_inventory(wh, [sample(t)])
     result = ingestor(wh).write_samples(
         [sample(t), sample(t, power_watts="lots"), sample(dt.datetime(2026, 11, 20, 11, 0))]
     )
@@ -135,6 +139,7 @@ def test_samples_outside_retention_or_in_the_future_keep_rollups_equal(wh: Wareh
     old = frame(2, NOW - dt.timedelta(days=3), 5)
     recent = frame(2, NOW - dt.timedelta(hours=1), 5)
     future = frame(1, NOW + dt.timedelta(hours=2), 1)
+    give_inventory(wh, old)
     result = ing.write_samples(pl.concat([old, recent, future]))
     assert result.written["gpu_samples"] == recent.height
     assert result.quarantined_total == old.height + future.height
@@ -149,6 +154,7 @@ def test_samples_outside_retention_or_in_the_future_keep_rollups_equal(wh: Wareh
 
 def test_rollups_agree_with_raw(wh: Warehouse) -> None:
     batch = frame(3, dt.datetime(2026, 11, 19, 10, 0, tzinfo=dt.UTC), 130)
+    give_inventory(wh, batch)
     ingestor(wh).write_samples(batch)
     per_hour = wh.frame(
         f"SELECT gpu_uuid, toStartOfHour(ts) AS h, count() AS n, sum(util_ratio) AS u, "
@@ -167,12 +173,12 @@ def test_rollups_agree_with_raw(wh: Warehouse) -> None:
 
 def test_engine_activity_is_preferred_over_gpu_util(wh: Warehouse) -> None:
     t = dt.datetime(2026, 11, 20, 11, 0, tzinfo=dt.UTC)
-    ingestor(wh).write_samples(
-        [
-            sample(t, gpu_util_ratio=0.9, gr_engine_active_ratio=0.3),
-            sample(t, "GPU-b", gpu_util_ratio=0.8),
-        ]
-    )
+    samples = [
+        sample(t, gpu_util_ratio=0.9, gr_engine_active_ratio=0.3),
+        sample(t, "GPU-b", gpu_util_ratio=0.8),
+    ]
+    give_inventory(wh, samples)
+    ingestor(wh).write_samples(samples)
     got = dict(
         wh.rows(f"SELECT gpu_uuid, round(toFloat64(util_ratio), 2) FROM {wh.database}.gpu_samples")
     )
@@ -302,6 +308,7 @@ def test_source_rejects_are_quarantined_once(wh: Warehouse) -> None:
         )
     ]
     batch = Batch(samples=[sample(NOW - dt.timedelta(minutes=1))], rejects=rejects)
+    give_inventory(wh, batch.samples)
     first = ingestor(wh).write(batch, batch_id="scrape-1")
     ingestor(wh).write(batch, batch_id="scrape-1")
     assert first.quarantined == {"unterminated label set": 1}
@@ -384,6 +391,7 @@ def test_processes_and_health_are_written_once(wh: Warehouse) -> None:
             health("GPU-b", gpu_lost=True),  # a lost GPU: nothing else could be read
         ],
     )
+    give_inventory(wh, batch.processes)
     first = ingestor(wh).write(batch, batch_id="poll-1")
     assert first.written == {"gpu_processes": 2, "gpu_health": 2}
     assert not first.quarantined
@@ -408,6 +416,7 @@ def test_processes_and_health_are_written_once(wh: Warehouse) -> None:
 
 def test_bad_processes_and_health_are_quarantined_with_field(wh: Warehouse) -> None:
     ing = ingestor(wh, retention_days=2)
+    give_inventory(wh, [process(1)])
     bad_processes = {
         "ts": process(1, ts=dt.datetime(2026, 11, 20, 11, 0)),  # naive
         "cluster": process(2, cluster=""),
@@ -443,6 +452,7 @@ def test_bad_processes_and_health_are_quarantined_with_field(wh: Warehouse) -> N
 
 def test_processes_and_health_outside_retention_are_quarantined(wh: Warehouse) -> None:
     ing = ingestor(wh, retention_days=2)
+    give_inventory(wh, [process(1)])
     old = NOW - dt.timedelta(days=3)
     result = ing.write(
         Batch(processes=[process(1, ts=old), process(2)], health=[health(ts=old), health()])

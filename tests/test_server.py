@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 import requests
 
-from collector.records import SAMPLE_SCHEMA, Batch, GpuSample
+from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample
 from collector.spool import dump_batch
 
 pytestmark = pytest.mark.integration
@@ -33,14 +33,16 @@ def _port() -> int:
 
 
 def poll(agent: int, i: int, start: dt.datetime) -> bytes:
-    """Agent ``agent``'s ``i``-th poll: 8 GPUs, one sample each."""
+    """Agent ``agent``'s ``i``-th poll: 8 GPUs, one sample each; the first poll also carries
+    their inventory, as the real agent's does."""
     ts = start + dt.timedelta(seconds=i)
     rows = [
         GpuSample(ts, "c1", f"n{agent}", f"GPU-{agent}-{g}", g, "H100", gpu_util_ratio=0.5)
         for g in range(GPUS)
     ]
     frame = pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
-    return dump_batch(Batch(samples=frame))
+    gpus = [GpuInventory(ts, "c1", "", s.node, s.gpu_uuid, s.gpu_index, "H100") for s in rows]
+    return dump_batch(Batch(samples=frame, gpus=gpus if i == 0 else ()))
 
 
 class Agent(threading.Thread):

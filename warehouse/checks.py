@@ -44,6 +44,19 @@ RATIO_REASON = "must be a ratio within 0-1 (not a percent, not NaN)"
 #: (field, value, reason): why a record is quarantined.
 Problem = tuple[str, str, str]
 
+#: How the reason of a record from a GPU with no inventory starts (``quarantine --reason``).
+UNKNOWN_GPU = "unknown_gpu"
+
+
+def unknown_gpu_reason(cluster: str) -> str:
+    """Why a sample (process, health row) of a GPU with no inventory in ``cluster`` is kept
+    back, and what to do: the ledger has no capacity, model or pool for such a GPU."""
+    return (
+        f"{UNKNOWN_GPU}: no inventory for this GPU in cluster {cluster!r}: the source must "
+        "send the GPU's inventory (the agent does at start, and dcgm-exporter scrapes do too), "
+        f"then run `gpuledger quarantine replay --reason {UNKNOWN_GPU}`"
+    )
+
 
 def too_old_reason(retention: dt.timedelta, consequence: str) -> str:
     """Why a row older than the raw retention is refused; one wording for every raw table."""

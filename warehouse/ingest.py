@@ -16,6 +16,10 @@ same reason, so that no row is dropped silently at insert. The per-record checks
 :meth:`Ingestor.write_group` writes several batches with one insert per table (the server
 coalesces agents' batches that way); rows, quarantine and allocations come out as if each
 batch had been written alone.
+
+Samples, GPU processes and GPU health rows of a GPU with no inventory (no row in ``gpus`` for
+its cluster and UUID, and none in the same batch) are quarantined with a reason that says to
+send the inventory and then ``gpuledger quarantine replay`` (:mod:`warehouse.known_gpus`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import datetime as dt
 import decimal
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import polars as pl
@@ -49,6 +53,8 @@ from collector.records import (
 
 from . import queries
 from .checks import (
+    UNKNOWN_GPU,
+    Problem,
     RawWindow,
     check_event,
     check_gpu,
@@ -61,11 +67,22 @@ from .checks import (
     check_tenant,
 )
 from .client import Warehouse, WarehouseError
+from .known_gpus import (
+    GpuKey,
+    KnownGpus,
+    frame_checks,
+    frame_keys,
+    is_unknown_gpu,
+    record_keys,
+    record_problem,
+)
 from .sample_checks import (
+    FrameCheck,
     Rejects,
     coerce_samples,
     record_payload,
     sample_problems,
+    sample_verdicts,
     validate_samples,
 )
 
@@ -124,6 +141,7 @@ class Ingestor:
         self.wh = wh
         self.raw_retention = dt.timedelta(days=raw_retention_days)
         self.now = now
+        self.known_gpus = KnownGpus(wh)
         self._types: dict[str, dict[str, str]] = {}
 
     # -- table metadata (one round trip per table per process) --------------------------------
@@ -160,37 +178,76 @@ class Ingestor:
         batch_id: str,
         rejects: Sequence[tuple[str, str, str, str]],
         source: str = "",
+        part: str = "",
     ) -> None:
-        """Keep rejected input: ``rejects`` holds (field, value, reason, payload) tuples."""
+        """Keep rejected input: ``rejects`` holds (field, value, reason, payload) tuples.
+
+        ``part`` tells apart two quarantine inserts of one batch and kind (their tokens)."""
         rows = _quarantine_rows(self.now(), kind, batch_id, source, rejects)
-        self._insert("quarantine", _QUARANTINE_COLUMNS, rows, f"{batch_id}:quarantine:{kind}")
+        token = f"{batch_id}:quarantine:{kind}" + (f":{part}" if part else "")
+        self._insert("quarantine", _QUARANTINE_COLUMNS, rows, token)
+
+    def _quarantine_around(
+        self,
+        kind: str,
+        batch_id: str,
+        rejects: Rejects,
+        insert: Callable[[], None],
+        source: str = "",
+    ) -> None:
+        """Run ``insert`` (the valid rows) with ``rejects`` quarantined around it: rows of GPUs
+        with no inventory before, the others after.
+
+        Why that order: a batch written again under the same id after failing part-way (an
+        agent's retry) may find its GPU known by then. Its rows then go in with the rest (the
+        first inserts that did get through are dropped as duplicates, whatever their content),
+        so a row kept back the first time is quarantined *and* written, never neither:
+        ``gpuledger quarantine replay`` finds it in ``gpu_samples`` and does not write it twice.
+        """
+        waiting = [r for r in rejects if is_unknown_gpu(r[2])]
+        final = [r for r in rejects if not is_unknown_gpu(r[2])]
+        if waiting:
+            self.quarantine(kind, batch_id, waiting, source, part=UNKNOWN_GPU)
+        insert()
+        if final:
+            self.quarantine(kind, batch_id, final, source)
 
     # -- samples ------------------------------------------------------------------------------
     def write_samples(
         self, samples: pl.DataFrame | Sequence[GpuSample], batch_id: str | None = None
     ) -> IngestResult:
-        """Validate and insert GPU samples (a frame with SAMPLE_SCHEMA's columns, or records)."""
+        """Validate and insert GPU samples (a frame with SAMPLE_SCHEMA's columns, or records).
+
+        A sample of a GPU with no inventory (see :mod:`warehouse.known_gpus`) is quarantined.
+        """
+        return self._write_samples(samples, batch_id, None)
+
+    def _write_samples(
+        self,
+        samples: pl.DataFrame | Sequence[GpuSample],
+        batch_id: str | None,
+        unknown: Collection[GpuKey] | None,
+    ) -> IngestResult:
         frame, rejects = coerce_samples(samples)
-        good, bad = validate_samples(frame, self.now(), self.raw_retention)
+        if unknown is None:
+            unknown = self.known_gpus.unknown(frame_keys(frame))
+        good, bad = validate_samples(frame, self.now(), self.raw_retention, frame_checks(unknown))
         rejects.extend(bad)
         if batch_id is None:
             batch_id = content_id(
                 good.hash_rows(seed=7).to_numpy().tobytes(), repr(rejects).encode()
             )
+        token = f"{batch_id}:samples"
         result = IngestResult()
-        if good.height:
-            self.wh.insert_arrow(
-                "gpu_samples", good.to_arrow(), settings=_dedup(f"{batch_id}:samples")
-            )
-            result.written["gpu_samples"] += good.height
-        if rejects:
-            self.quarantine(
-                "gpu_sample",
-                batch_id,
-                rejects,
-                source=str(frame["source"][0]) if frame.height else "",
-            )
-            result.quarantined.update(r[2] for r in rejects)
+
+        def insert() -> None:
+            if good.height:
+                self.wh.insert_arrow("gpu_samples", good.to_arrow(), settings=_dedup(token))
+                result.written["gpu_samples"] += good.height
+
+        source = str(frame["source"][0]) if frame.height else ""
+        self._quarantine_around("gpu_sample", batch_id, rejects, insert, source)
+        result.quarantined.update(r[2] for r in rejects)
         return result
 
     # -- records of low volume: validated one by one ------------------------------------------
@@ -210,29 +267,75 @@ class Ingestor:
         if batch_id is None:
             batch_id = content_id(repr(list(records)).encode())
         good, rejects = _split_records(records, check, row)
-        self._insert(table, columns, good, f"{batch_id}:{table}")
-        result.written[table] += len(good)
-        if rejects:
-            self.quarantine(kind, batch_id, rejects)
-            result.quarantined.update(r[2] for r in rejects)
+        token = f"{batch_id}:{table}"
+
+        def insert() -> None:
+            self._insert(table, columns, good, token)
+            if table == "gpu_inventory_log":
+                self.known_gpus.add(_inventory_keys(good))
+            result.written[table] += len(good)
+
+        self._quarantine_around(kind, batch_id, rejects, insert)
+        result.quarantined.update(r[2] for r in rejects)
         return result
 
-    def _checks(self, now: dt.datetime) -> dict[str, Check]:
-        """The check of each record kind (by Batch field), against the clock ``now``."""
+    def _checks(
+        self, now: dt.datetime, unknown: Collection[GpuKey] = frozenset()
+    ) -> dict[str, Check]:
+        """The check of each record kind (by Batch field), against the clock ``now``; processes
+        and health rows of the GPUs in ``unknown`` (no inventory) fail too, last."""
         processes = RawWindow(now, self.raw_retention, "gpu_processes")
         health = RawWindow(now, self.raw_retention, "gpu_health")
         return {
             "nodes": check_node,
             "gpus": check_gpu,
-            "processes": lambda r: check_process(r, processes),
-            "health": lambda r: check_health(r, health),
+            "processes": lambda r: check_process(r, processes) or record_problem(r, unknown),
+            "health": lambda r: check_health(r, health) or record_problem(r, unknown),
             "job_events": check_event,
         }
 
-    def _write_kind(self, attr: str, records: Sequence[Any], batch_id: str | None) -> IngestResult:
+    def _write_kind(
+        self,
+        attr: str,
+        records: Sequence[Any],
+        batch_id: str | None,
+        unknown: Collection[GpuKey] | None = None,
+    ) -> IngestResult:
         _attr, _suffix, kind, table, columns, row = _RECORD_KINDS[attr]
-        check = self._checks(self.now())[attr]
+        if unknown is None:
+            gpu_keyed = attr in ("processes", "health")
+            unknown = self.known_gpus.unknown(record_keys(records)) if gpu_keyed else set()
+        check = self._checks(self.now(), unknown)[attr]
         return self._write_records(kind, table, records, check, row, columns, batch_id)
+
+    def unknown_gpus(self, members: Sequence[tuple[str, Batch]]) -> set[GpuKey]:
+        """The GPUs that samples, processes or health rows of ``members`` (``(batch id, batch)``
+        pairs) name and that have no inventory: none in the warehouse, and no valid inventory
+        row in ``members``. Inventory only ever arrives, so a later answer is the same or
+        smaller (:meth:`write_group` explains why that matters)."""
+        named: set[GpuKey] = set()
+        brought: set[GpuKey] = set()
+        for _member, batch in members:
+            named |= record_keys(batch.processes) | record_keys(batch.health)
+            named.update(_sample_keys(batch.samples))
+            brought |= {(g.cluster, g.gpu_uuid) for g in batch.gpus if check_gpu(g) is None}
+        return self.known_gpus.unknown(named - brought)
+
+    def verdicts(self, kind: str, records: Sequence[Any]) -> list[Problem | None]:
+        """What writing ``records`` of quarantine kind ``kind`` (``gpu_sample``, ``gpu_process``,
+        ...) would make of each, in order: None (written) or its (field, value, reason) —
+        the write path's checks, nothing written. ``gpuledger quarantine replay`` uses it."""
+        now = self.now()
+        if kind == "gpu_sample":
+            unknown = self.known_gpus.unknown(record_keys(records))
+            return sample_verdicts(records, now, self.raw_retention, frame_checks(unknown))
+        attr = next((a for a, k in _RECORD_KINDS.items() if k[2] == kind), None)
+        if attr is None:
+            raise ValueError(f"no records of kind {kind!r} are written by the Ingestor")
+        gpu_keyed = attr in ("processes", "health")
+        unknown = self.known_gpus.unknown(record_keys(records)) if gpu_keyed else set()
+        check = self._checks(now, unknown)[attr]
+        return [check(r) for r in records]
 
     def write_gpus(
         self, records: Sequence[GpuInventory], batch_id: str | None = None
@@ -312,18 +415,19 @@ class Ingestor:
         """Write every kind in ``batch``; inventory first, so samples find their GPUs."""
         result = IngestResult()
         suffix = (lambda k: f"{batch_id}:{k}") if batch_id else (lambda k: None)
+        unknown = self.unknown_gpus([("", batch)])
         if batch.nodes:
             result += self.write_nodes(batch.nodes, suffix("nodes"))
         if batch.gpus:
             result += self.write_gpus(batch.gpus, suffix("gpus"))
         if batch.processes:
-            result += self.write_processes(batch.processes, suffix("processes"))
+            result += self._write_kind("processes", batch.processes, suffix("processes"), unknown)
         if batch.health:
-            result += self.write_health(batch.health, suffix("health"))
+            result += self._write_kind("health", batch.health, suffix("health"), unknown)
         if batch.job_events:
             result += self.write_job_events(batch.job_events, suffix("events"))
         if len(batch.samples):
-            result += self.write_samples(batch.samples, suffix("samples"))
+            result += self._write_samples(batch.samples, suffix("samples"), unknown)
         if batch.rejects:
             result += self.write_rejects(batch.rejects, suffix("rejects"))
         return result
@@ -338,24 +442,41 @@ class Ingestor:
         return result
 
     # -- several batches, one insert per table ------------------------------------------------
-    def write_group(self, members: Sequence[tuple[str, Batch]], token: str) -> IngestResult:
+    def write_group(
+        self,
+        members: Sequence[tuple[str, Batch]],
+        token: str,
+        unknown_gpus: Iterable[Sequence[str]] | None = None,
+    ) -> IngestResult:
         """Write several batches (``(batch id, batch)`` pairs) with one insert per table.
 
         Every insert carries a deduplication token derived from ``token``, so writing the same
         group again writes nothing twice. What is written and quarantined is what
         :meth:`write` would write for each batch alone: a reject keeps the id of the batch it
         came in (with the same suffix), and job events re-derive the allocations of every job
-        they touch. Tables are written in :meth:`write`'s order; quarantine comes last.
+        they touch. Tables are written in :meth:`write`'s order; quarantine comes last. One
+        difference: a GPU whose inventory comes in any member of the group is known to all.
+
+        ``unknown_gpus``: the ``(cluster, gpu_uuid)`` pairs to treat as having no inventory;
+        None asks :meth:`unknown_gpus`. A group written again after a crash must be checked
+        as the first time, or a sample kept back then (its GPU unknown) and written now would
+        be dropped with the group's duplicate insert: whoever writes a group again passes the
+        first answer (the coalescer keeps a non-empty one in the group's manifest; an empty
+        one cannot change).
         """
         now = self.now()
         result = IngestResult()
+        if unknown_gpus is None:
+            unknown: set[GpuKey] = self.unknown_gpus(members)
+        else:
+            unknown = {(str(c), str(u)) for c, u in unknown_gpus}
         held: list[tuple[Any, ...]] = []
 
         def keep(kind: str, batch_id: str, source: str, rejects: Rejects) -> None:
             held.extend(_quarantine_rows(now, kind, batch_id, source, rejects))
             result.quarantined.update(r[2] for r in rejects)
 
-        checks = self._checks(now)
+        checks = self._checks(now, unknown)
         for attr, suffix, kind, table, columns, row in _RECORD_KINDS.values():
             good: list[Sequence[Any]] = []
             for member, batch in members:
@@ -364,11 +485,13 @@ class Ingestor:
                 if rejects:
                     keep(kind, f"{member}:{suffix}", "", rejects)
             self._insert(table, columns, good, f"{token}:{table}")
+            if table == "gpu_inventory_log":
+                self.known_gpus.add(_inventory_keys(good))
             if good:
                 result.written[table] += len(good)
             if attr == "job_events":
                 self._derive_allocations(e for _m, b in members for e in b.job_events)
-        samples = self._group_samples(members, now, keep)
+        samples = self._group_samples(members, now, keep, frame_checks(unknown))
         if samples.height:
             self.wh.insert_arrow(
                 "gpu_samples", samples.to_arrow(), settings=_dedup(f"{token}:gpu_samples")
@@ -385,6 +508,7 @@ class Ingestor:
         members: Sequence[tuple[str, Batch]],
         now: dt.datetime,
         keep: Callable[[str, str, str, Rejects], None],
+        extra: Sequence[FrameCheck],
     ) -> pl.DataFrame:
         """The valid samples of all ``members`` in one frame (validated once, together);
         rejects go to ``keep`` under the id of the batch they came in."""
@@ -410,7 +534,7 @@ class Ingestor:
         if not frames:
             return pl.DataFrame(schema=SAMPLE_SCHEMA)
         frame = pl.concat(frames)
-        bad, rejects = sample_problems(frame, now, self.raw_retention)
+        bad, rejects = sample_problems(frame, now, self.raw_retention, extra)
         if bad is None:
             return frame
         for index, reject in zip(bad.arg_true().to_list(), rejects, strict=True):
@@ -435,6 +559,22 @@ _RECORD_KINDS: dict[str, tuple[str, str, str, str, Sequence[str], Callable[[Any]
         ("job_events", "events", "job_event", "job_events", JobEvent._fields, _event_row),
     )
 }
+
+
+_INVENTORY_KEY = (GpuInventory._fields.index("cluster"), GpuInventory._fields.index("gpu_uuid"))
+
+
+def _inventory_keys(rows: Iterable[Sequence[Any]]) -> set[GpuKey]:
+    """The (cluster, gpu_uuid) of inventory rows (GpuInventory field order)."""
+    c, u = _INVENTORY_KEY
+    return {(row[c], row[u]) for row in rows}
+
+
+def _sample_keys(samples: pl.DataFrame | Sequence[GpuSample]) -> Iterable[GpuKey]:
+    if isinstance(samples, pl.DataFrame):
+        has_keys = {"cluster", "gpu_uuid"} <= set(samples.columns)
+        return frame_keys(samples) if has_keys else ()
+    return record_keys(samples)
 
 
 def _split_records(

@@ -22,6 +22,7 @@ from .checks import (
     MAX_FUTURE_SKEW,
     MAX_LABEL_CHARS,
     RATIO_REASON,
+    Problem,
     aware,
     too_old_reason,
 )
@@ -57,10 +58,25 @@ def record_payload(row: Mapping[str, Any] | Sequence[Any]) -> str:
     return json.dumps(data, default=_json_default)[:65536]
 
 
+#: A sample-frame check: (field, the rows it fails, reason).
+FrameCheck = tuple[str, pl.Expr, str]
+
+
 def coerce_samples(
     samples: pl.DataFrame | Sequence[GpuSample],
 ) -> tuple[pl.DataFrame, list[tuple[str, str, str, str]]]:
     """Bring ``samples`` to SAMPLE_SCHEMA; a row with a value that does not fit is rejected."""
+    frame, bad, rejects = _coerce(samples)
+    if bad is None:
+        return frame, []
+    return frame.filter(~bad), [reject for _row, reject in rejects]
+
+
+def _coerce(
+    samples: pl.DataFrame | Sequence[GpuSample],
+) -> tuple[pl.DataFrame, pl.Series | None, list[tuple[int, tuple[str, str, str, str]]]]:
+    """(every row in SAMPLE_SCHEMA, misfits null; a mask of the rows with a misfit, or None
+    when there is none; (row, reject) of each such row)."""
     if isinstance(samples, pl.DataFrame):
         missing = [c for c in SAMPLE_SCHEMA if c not in samples.columns]
         if missing:
@@ -70,7 +86,7 @@ def coerce_samples(
             )
         raw = samples.select(list(SAMPLE_SCHEMA))
         if raw.schema == pl.Schema(SAMPLE_SCHEMA):
-            return raw, []
+            return raw, None, []
         pairs = {
             name: (raw[name], _cast(raw[name], dtype)) for name, dtype in SAMPLE_SCHEMA.items()
         }
@@ -79,22 +95,20 @@ def coerce_samples(
         pairs = {name: _convert(name, [r[i] for r in rows]) for i, name in enumerate(SAMPLE_SCHEMA)}
     height = len(pairs["ts"][1])
     bad = pl.Series([False] * height)
-    rejects: list[tuple[str, str, str, str]] = []
+    rejects: list[tuple[int, tuple[str, str, str, str]]] = []
     for name, (original, converted) in pairs.items():
         lost = converted.is_null() & original.is_not_null() & ~bad
         for idx in lost.arg_true().to_list():
             value = original[idx]
-            rejects.append(
-                (
-                    name,
-                    str(value),
-                    f"{name} {value!r} is not a valid {SAMPLE_SCHEMA[name]}",
-                    record_payload({k: str(o[idx]) for k, (o, _c) in pairs.items()}),
-                )
+            reject = (
+                name,
+                str(value),
+                f"{name} {value!r} is not a valid {SAMPLE_SCHEMA[name]}",
+                record_payload({k: str(o[idx]) for k, (o, _c) in pairs.items()}),
             )
+            rejects.append((idx, reject))
         bad = bad | lost
-    frame = pl.DataFrame([converted for _o, converted in pairs.values()])
-    return frame.filter(~bad), rejects
+    return pl.DataFrame([converted for _o, converted in pairs.values()]), bad, rejects
 
 
 def _cast(series: pl.Series, dtype: pl.DataType) -> pl.Series:
@@ -126,20 +140,56 @@ def _one(value: Any, dtype: pl.DataType) -> Any:
 
 
 def validate_samples(
-    frame: pl.DataFrame, now: dt.datetime, retention: dt.timedelta
+    frame: pl.DataFrame,
+    now: dt.datetime,
+    retention: dt.timedelta,
+    extra: Sequence[FrameCheck] = (),
 ) -> tuple[pl.DataFrame, list[tuple[str, str, str, str]]]:
     """Split ``frame`` into valid rows and rejects (field, value, reason, payload)."""
-    bad, rejects = sample_problems(frame, now, retention)
+    bad, rejects = sample_problems(frame, now, retention, extra)
     return (frame if bad is None else frame.filter(~bad)), rejects
 
 
+def sample_verdicts(
+    samples: Sequence[GpuSample],
+    now: dt.datetime,
+    retention: dt.timedelta,
+    extra: Sequence[FrameCheck] = (),
+) -> list[Problem | None]:
+    """For each sample, in order, what ingest makes of it: None (written) or its problem.
+
+    The same checks as :func:`coerce_samples` then :func:`validate_samples`, row by row
+    (``gpuledger quarantine replay`` needs to know which record passed, not only how many).
+    """
+    frame, bad, lost = _coerce(samples)
+    verdicts: list[Problem | None] = [None] * frame.height
+    for row, (field, value, reason, _payload) in lost:
+        verdicts[row] = (field, value, reason)
+    kept = list(range(frame.height))
+    if bad is not None:
+        kept = (~bad).arg_true().to_list()
+        frame = frame.filter(~bad)
+    mask, rejects = sample_problems(frame, now, retention, extra)
+    if mask is not None:
+        for pos, (field, value, reason, _p) in zip(mask.arg_true().to_list(), rejects, strict=True):
+            verdicts[kept[pos]] = (field, value, reason)
+    return verdicts
+
+
 def sample_problems(
-    frame: pl.DataFrame, now: dt.datetime, retention: dt.timedelta
+    frame: pl.DataFrame,
+    now: dt.datetime,
+    retention: dt.timedelta,
+    extra: Sequence[FrameCheck] = (),
 ) -> tuple[pl.Series | None, Rejects]:
-    """(a mask of the invalid rows, or None when all are valid; their rejects in row order)."""
+    """(a mask of the invalid rows, or None when all are valid; their rejects in row order).
+
+    A row's reason is the first check it fails; ``extra`` checks come last (the unknown-GPU
+    ones: a sample that is bad anyway should say why, not only that its GPU is unknown).
+    """
     oldest = now - retention
     newest = now + MAX_FUTURE_SKEW
-    checks: list[tuple[str, pl.Expr, str]] = [
+    checks: list[FrameCheck] = [
         ("ts", pl.col("ts").is_null(), "ts is missing"),
         (
             "ts",
@@ -186,6 +236,7 @@ def sample_problems(
         )
     )
 
+    checks.extend(extra)
     flags = frame.select(
         [expr.fill_null(False).alias(f"_{i}") for i, (_, expr, _) in enumerate(checks)]
     )

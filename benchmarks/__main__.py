@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from collector.records import SAMPLE_SCHEMA
+from collector.records import SAMPLE_SCHEMA, GpuInventory
 from gpuledger.demo import DemoRun
 from gpuledger.settings import load_settings
 from warehouse.client import Warehouse, connect
@@ -68,6 +68,15 @@ def synthetic_samples(
     return frame.cast(SAMPLE_SCHEMA)  # type: ignore[arg-type]
 
 
+def inventory_of(frame: pl.DataFrame, ts: dt.datetime) -> list[GpuInventory]:
+    """One inventory row per GPU of a sample frame: samples of GPUs without are quarantined."""
+    gpus = frame.select("cluster", "node", "gpu_uuid", "gpu_index", "gpu_model").unique()
+    return [
+        GpuInventory(ts, cluster, "", node, uuid, index, model)
+        for cluster, node, uuid, index, model in gpus.iter_rows()
+    ]
+
+
 def bench_ingest(wh: Warehouse, batch_rows: int, batches: int) -> dict[str, float]:
     database = f"bench_ingest_{batch_rows}"
     wh = Warehouse(wh.client, database, wh.dsn)
@@ -78,6 +87,7 @@ def bench_ingest(wh: Warehouse, batch_rows: int, batches: int) -> dict[str, floa
         synthetic_samples(batch_rows, now - dt.timedelta(days=2, seconds=-b * 3600), seed=b)
         for b in range(batches)
     ]
+    ing.write_gpus(inventory_of(frames[0], now - dt.timedelta(days=3)))  # agents send it first
     started = time.perf_counter()
     for f in frames:
         ing.write_samples(f)

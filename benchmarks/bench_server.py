@@ -33,7 +33,7 @@ from pathlib import Path
 import polars as pl
 import requests
 
-from collector.records import SAMPLE_SCHEMA, Batch, GpuSample
+from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample
 from collector.spool import dump_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,13 @@ def bodies(batches: int, clients: int) -> list[list[tuple[str, bytes]]]:
             for g in range(GPUS)
         ]
         frame = pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
-        out[node].append((f"node-{node}:nvml:{i}", dump_batch(Batch(samples=frame))))
+        gpus = [  # in each client's first batch, as an agent sends its GPUs' inventory first
+            GpuInventory(ts, "bench", "", s.node, s.gpu_uuid, s.gpu_index, "H100")
+            for s in rows
+            if i < clients
+        ]
+        batch = Batch(samples=frame, gpus=gpus)
+        out[node].append((f"node-{node}:nvml:{i}", dump_batch(batch)))
     return out
 
 

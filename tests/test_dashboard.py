@@ -64,13 +64,13 @@ def _frame() -> pl.DataFrame:
 @pytest.fixture
 def fleet(wh: Warehouse) -> Warehouse:
     ing = Ingestor(wh, 35, now=lambda: NOW)
-    ing.write_samples(_frame())
     ing.write_gpus(
         [
             GpuInventory(H10, "c1", "p1", "n1", g, i, "H100")
             for i, g in enumerate(("GPU-a", "GPU-b"))
         ]
     )
+    ing.write_samples(_frame())  # after the inventory: samples of unknown GPUs are kept back
     common = {
         "cluster": "c1",
         "tenant": "ml/vision",

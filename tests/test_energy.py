@@ -66,8 +66,8 @@ def test_hand_computed_energy_cost(wh: Warehouse) -> None:
         counter += 360 * 10 * 1000  # 360 W for 10 s, in mJ
         t += dt.timedelta(seconds=10)
     ing = Ingestor(wh, 35, now=lambda: T0 + dt.timedelta(hours=4))
-    ing.write_samples(pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row"))
     ing.write_gpus([GpuInventory(T0 - dt.timedelta(days=1), "c1", "p1", "n1", "G1", 0, "H100")])
+    ing.write_samples(pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row"))
     job = {
         "cluster": "c1",
         "job_id": "j1",

@@ -88,7 +88,6 @@ def _samples() -> pl.DataFrame:
 @pytest.fixture
 def cluster(wh: Warehouse) -> Warehouse:
     ing = Ingestor(wh, 35, now=lambda: T10 + dt.timedelta(hours=2))
-    assert ing.write_samples(_samples()).quarantined_total == 0
     before = T0 - dt.timedelta(days=1)
     inv = [
         GpuInventory(before, "c1", "p1", "n1", "G1", 0, "H100"),
@@ -112,7 +111,8 @@ def cluster(wh: Warehouse) -> Warehouse:
             before, "c1", "p1", "n1", "G4", 3, "A100", mig_instance="2", capacity_fraction=0.5
         ),
     ]
-    assert ing.write_gpus(inv).quarantined_total == 0
+    assert ing.write_gpus(inv).quarantined_total == 0  # first: samples need their GPUs known
+    assert ing.write_samples(_samples()).quarantined_total == 0
     tenants = {"A": ("ml", "vision"), "B": ("ml", "audio"), "C": ("web", "search")}
 
     def ev(

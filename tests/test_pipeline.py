@@ -39,13 +39,22 @@ def samples_at(now: dt.datetime, gpus: int = 4) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
 
 
+def inventory_at(now: dt.datetime, gpus: int = 4) -> list[GpuInventory]:
+    return [GpuInventory(now, "c1", "", "n1", f"GPU-{g}", g, "H100") for g in range(gpus)]
+
+
 class CountingSource:
-    """A source that reports 4 GPUs every step: what a node agent's NVML poll returns."""
+    """A source that reports 4 GPUs every step: what a node agent's NVML poll returns (the
+    first step with their inventory)."""
 
     name = "test"
 
+    def __init__(self) -> None:
+        self.steps = 0
+
     def collect(self, now: dt.datetime) -> Batch:
-        return Batch(samples=samples_at(now))
+        self.steps += 1
+        return Batch(samples=samples_at(now), gpus=inventory_at(now) if self.steps == 1 else ())
 
 
 def test_batches_survive_the_disk_round_trip(tmp_path: Path) -> None:
@@ -187,7 +196,7 @@ def test_server_health_metrics_and_refusals(server: tuple[str, FlakyWsgi, Coales
         health = s.get(f"{url}/healthz").json()
         assert health["status"] == "ok" and health["spool_batches"] == 0
         sink = HttpSink(url, session=s)
-        sink.send(Batch(samples=samples_at(T0)), "b-1")
+        sink.send(Batch(samples=samples_at(T0), gpus=inventory_at(T0)), "b-1")
         assert coalescer.drain()
         text = s.get(f"{url}/metrics").text
         assert 'gpuledger_rows_written_total{table="gpu_samples"} 4.0' in text

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import polars as pl
 import pytest
-from conftest import recent
+from conftest import give_inventory, recent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -448,6 +448,7 @@ def test_agent_keeps_sampling_while_the_kubelet_is_away(
             }
         },
     )
+    give_inventory(wh, [sample(f"GPU-{i}", i) for i in range(4)])
     pipeline = make_pipeline(settings, [FourGpus()], WarehouseSink(Ingestor(wh, 35)))
     pipeline.step(NOW)  # no socket at all
     kubelet = FakeKubelet(sock).start()

@@ -3,7 +3,8 @@
 Two layers:
 
 - :func:`parse` / :func:`parse_detailed` — pure: a text-format body in, ``(samples, rejects)``
-  out. No HTTP, no state, no clock (the caller passes ``now``).
+  out (``parse_detailed`` also the GPUs' inventory rows, from the labels:
+  :mod:`collector.dcgm_inventory`). No HTTP, no state, no clock (the caller passes ``now``).
 - :class:`DcgmCollector` — scrapes one or many targets through
   :class:`collector.promtext.TextFetcher` (a ``requests.Session``; connect and read timeouts, a
   total deadline, a body-size cap, bounded retries with exponential backoff and jitter), keeps
@@ -89,8 +90,9 @@ from urllib.parse import urlsplit
 import requests
 
 from .dcgm_fields import FIELDS, FP64_BLANK, INT32_BLANK, INT64_BLANK, _check_value, is_blank
+from .dcgm_inventory import GpuLabels, InventoryChanges, inventory_rows
 from .promtext import PromSample, ScrapeError, TextFetcher, parse_text
-from .records import Batch, GpuSample, Reject
+from .records import Batch, GpuInventory, GpuSample, Reject
 
 __all__ = [
     "FIELDS",
@@ -156,6 +158,7 @@ class ParseResult(NamedTuple):
     samples: list[GpuSample]
     rejects: list[Reject]
     stats: ParseStats
+    inventory: list[GpuInventory]  # one row per GPU and MIG instance (collector.dcgm_inventory)
 
 
 class _Ident(NamedTuple):
@@ -167,6 +170,8 @@ class _Ident(NamedTuple):
     node: str
     pod: tuple[str, str, str]  # (namespace, pod, container)
     job: str
+    pci_bus_id: str = ""
+    driver_version: str = ""
 
 
 class _Group:
@@ -218,6 +223,8 @@ def _identify(
         node=labels.get("Hostname") or labels.get("hostname") or default_node,
         pod=pod,
         job=labels.get("hpc_job", ""),
+        pci_bus_id=labels.get("pci_bus_id", ""),
+        driver_version=labels.get("DCGM_FI_DRIVER_VERSION", ""),
     )
 
 
@@ -235,12 +242,14 @@ def parse_detailed(
     source: str = "dcgm",
     *,
     default_node: str = "",
+    pool: str = "",
 ) -> ParseResult:
-    """Parse one dcgm-exporter body into samples, rejects and stats (see the module docstring).
+    """Parse one dcgm-exporter body into samples, rejects, stats and inventory (see the module
+    docstring and :mod:`collector.dcgm_inventory`).
 
     ``now`` (timezone-aware) is the scrape time; a series' own exposition timestamp, when it has
     one, wins for its sample. ``source`` names the origin in samples and rejects
-    (``"dcgm:<url>"`` from the collector).
+    (``"dcgm:<url>"`` from the collector); ``pool`` goes on the inventory rows.
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC), e.g. datetime.now(datetime.UTC)")
@@ -268,6 +277,10 @@ def parse_detailed(
             group.pods.add(ident.pod)
         _absorb(group, sample, source, stats, rejects)
     samples = _assemble(groups, now, cluster, source, stats)
+    labels: dict[str, GpuLabels] = {}
+    for (uuid, _instance), group in groups.items():
+        labels.setdefault(uuid, GpuLabels(group.ident.pci_bus_id, group.ident.driver_version))
+    inventory = inventory_rows(samples, labels, pool)
     if len(rejects) > MAX_REJECTS:  # e.g. a target that is not an exporter at all
         extra = len(rejects) - MAX_REJECTS + 1
         rejects[MAX_REJECTS - 1 :] = [
@@ -279,7 +292,7 @@ def parse_detailed(
                 f"{extra} more rejected lines in this body not kept (limit {MAX_REJECTS})",
             )
         ]
-    return ParseResult(samples, rejects, stats)
+    return ParseResult(samples, rejects, stats, inventory)
 
 
 def _absorb(
@@ -461,6 +474,13 @@ class DcgmCollector:
     counter) and counted in ``TargetStats.counter_resets`` and logged. Whoever turns the counter
     into energy per interval must treat a decrease as a restart from zero, as Prometheus'
     ``increase()`` does (ClickHouse: ``deltaSum``, not ``max - min``).
+
+    Inventory: the batch carries a :class:`~collector.records.GpuInventory` row (in ``pool``)
+    for each GPU and MIG instance the first time this collector sees it, and again whenever
+    what the labels say of it changes (:mod:`collector.dcgm_inventory`), so that the warehouse
+    knows the GPUs of a dcgm-only deployment. ``inventory=False`` leaves that to another
+    source (the agent's NVML collector, whose inventory says more: health, serial, MIG
+    layout).
     """
 
     name = "dcgm"
@@ -480,9 +500,14 @@ class DcgmCollector:
         max_workers: int = 1,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        pool: str = "",
+        inventory: bool = True,
     ):
         self.targets = tuple(targets)
         self.cluster = cluster
+        self.pool = pool
+        self.inventory = inventory
+        self._changes = InventoryChanges()
         self.fetcher = TextFetcher(
             session,
             timeout_s,
@@ -514,15 +539,22 @@ class DcgmCollector:
             with ThreadPoolExecutor(
                 min(self.max_workers, len(self.targets)), thread_name_prefix="dcgm-scrape"
             ) as pool:
-                results = list(pool.map(lambda t: self.scrape(t, now), self.targets))
+                got = list(pool.map(lambda t: self.scrape_detailed(t, now), self.targets))
         else:
-            results = [self.scrape(t, now) for t in self.targets]
-        samples = [s for got, _ in results for s in got]
-        rejects = [r for _, bad in results for r in bad]
-        return Batch(samples=samples, rejects=rejects)
+            got = [self.scrape_detailed(t, now) for t in self.targets]
+        results = [r for r in got if r is not None]
+        samples = [s for r in results for s in r.samples]
+        rejects = [x for r in results for x in r.rejects]
+        gpus = self._changes.changed(g for r in results for g in r.inventory)
+        return Batch(samples=samples, rejects=rejects, gpus=gpus if self.inventory else ())
 
     def scrape(self, target: str, now: dt.datetime) -> tuple[list[GpuSample], list[Reject]]:
         """Scrape and parse one target; ``([], [])`` when it could not be read."""
+        result = self.scrape_detailed(target, now)
+        return ([], []) if result is None else (result.samples, result.rejects)
+
+    def scrape_detailed(self, target: str, now: dt.datetime) -> ParseResult | None:
+        """Scrape and parse one target; None when it could not be read."""
         stats = self.stats.setdefault(target, TargetStats())
         stats.scrapes += 1
         started = time.monotonic()
@@ -537,20 +569,25 @@ class DcgmCollector:
             log.warning(
                 "dcgm target %s failed (%d in a row): %s", target, stats.consecutive_failures, exc
             )
-            return [], []
+            return None
         stats.retries += attempts - 1
         stats.last_duration_s = time.monotonic() - started
         stats.consecutive_failures = 0
         stats.last_success = now
         result = parse_detailed(
-            body, now, self.cluster, f"dcgm:{target}", default_node=urlsplit(target).hostname or ""
+            body,
+            now,
+            self.cluster,
+            f"dcgm:{target}",
+            default_node=urlsplit(target).hostname or "",
+            pool=self.pool,
         )
         stats.sample_lines += result.stats.sample_lines
         stats.unknown_lines += result.stats.unknown_lines
         stats.blank_values += result.stats.blank_values
         stats.rejects += len(result.rejects)
         self._note_counter_resets(target, result.samples, stats)
-        return result.samples, result.rejects
+        return result
 
     def _note_counter_resets(
         self, target: str, samples: Iterable[GpuSample], stats: TargetStats

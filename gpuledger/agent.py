@@ -87,7 +87,10 @@ def build_sources(settings: Settings, *, nvml: bool, dcgm_targets: Sequence[str]
     if dcgm_targets:
         from collector.dcgm import DcgmCollector
 
-        sources.append(DcgmCollector(list(dcgm_targets), a.cluster))
+        # With NVML on, its inventory (health, serial, MIG layout) describes the GPUs.
+        sources.append(
+            DcgmCollector(list(dcgm_targets), a.cluster, pool=a.pool, inventory=not nvml)
+        )
     return sources
 
 

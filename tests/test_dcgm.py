@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector import dcgm
 from collector.dcgm import FIELDS, parse, parse_detailed
+from collector.dcgm_inventory import InventoryChanges, mig_fraction
 from collector.promtext import parse_text
 from collector.records import GpuSample, samples_frame
 
@@ -421,3 +422,68 @@ def test_long_line_is_rejected_without_parsing() -> None:
     result = parse_detailed(line, NOW, "c")
     assert result.samples == [] and result.rejects[0].field == "line"
     assert "over the" in result.rejects[0].reason
+
+
+# --------------------------------------------------------------------------- inventory
+
+
+def test_a100_mig_inventory_from_labels() -> None:
+    """The whole GPU keeps the slices no instance holds (6 of 7); the instance holds one."""
+    rows = parse_detailed(read(A100), NOW, "c", "dcgm:x", pool="p").inventory
+    parent, inst = rows
+    assert (parent.gpu_uuid, parent.mig_instance) == (
+        "GPU-34319582-d595-d1c7-d1d2-179bcfa61660",
+        "",
+    )
+    assert (inst.gpu_uuid, inst.mig_instance, inst.mig_profile) == (parent.gpu_uuid, "13", "1g.5gb")
+    assert parent.capacity_fraction == pytest.approx(6 / 7, abs=1e-6)
+    assert inst.capacity_fraction == pytest.approx(1 / 7, abs=1e-6)
+    assert parent.memory_total_bytes == (35690 + 4845) * MIB and inst.memory_total_bytes is None
+    assert {r.node for r in rows} == {"ub20-a100-k8s"} and {r.pool for r in rows} == {"p"}
+    assert {(r.cluster, r.source, r.ts, r.health) for r in rows} == {
+        ("c", "dcgm:x", NOW, "healthy")
+    }
+
+
+def test_flex_mode_mig_inventory_shares_add_up() -> None:
+    rows = parse_detailed(_flex_mode_body(), NOW, "c").inventory
+    assert [(r.mig_instance, r.mig_profile) for r in rows] == [
+        ("", ""),
+        ("1", "3g.20gb"),
+        ("2", "3g.20gb"),
+    ]
+    assert [round(r.capacity_fraction * 7, 6) for r in rows] == [1, 3, 3]
+
+
+def test_a_fully_partitioned_gpu_has_no_whole_gpu_row() -> None:
+    body = _flex_mode_body().replace("3g.20gb", "7g.40gb").replace('GPU_I_ID="2"', 'GPU_I_ID="1"')
+    rows = parse_detailed(body, NOW, "c").inventory
+    assert [(r.mig_instance, r.capacity_fraction) for r in rows] == [("1", 1.0)]
+
+
+@pytest.mark.parametrize(
+    ("profile", "model", "share"),
+    [
+        ("1g.5gb", "NVIDIA A100-SXM4-40GB", 1 / 7),
+        ("3g.40gb", "NVIDIA H100 80GB HBM3", 3 / 7),
+        ("1g.10gb+me", "NVIDIA H100 80GB HBM3", 1 / 7),
+        ("2g.12gb", "NVIDIA A30", 2 / 4),
+        ("7g.80gb", "", 1.0),
+        ("odd", "", 1 / 7),
+    ],
+)
+def test_mig_fraction(profile: str, model: str, share: float) -> None:
+    assert mig_fraction(profile, model) == pytest.approx(share)
+
+
+def test_inventory_changes_lets_through_new_and_changed_rows_only() -> None:
+    rows = parse_detailed(read("l40s_upcloud__cncf_k8s-ai-conformance.prom"), NOW, "c").inventory
+    (row,) = rows
+    changes = InventoryChanges()
+    assert changes.changed(rows) == rows
+    later = row._replace(ts=NOW + dt.timedelta(minutes=1))
+    assert changes.changed([later]) == []  # the same GPU, only later
+    assert changes.changed([later._replace(memory_total_bytes=None)]) == []  # FB fields blank
+    updated = later._replace(driver_version="600.1")
+    assert changes.changed([updated]) == [updated]
+    assert changes.changed([updated._replace(memory_total_bytes=None)]) == []

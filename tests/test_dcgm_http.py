@@ -28,6 +28,9 @@ from hypothesis import strategies as st
 from collector.dcgm import FIELDS, DcgmCollector
 from collector.promtext import TextFetcher
 from collector.records import SAMPLE_SCHEMA, GpuSample, samples_frame
+from warehouse.checks import check_gpu
+from warehouse.client import Warehouse
+from warehouse.ingest import Ingestor
 
 DATA = Path(__file__).parent / "data" / "dcgm"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "dcgm-exporter"
@@ -240,6 +243,73 @@ def test_vgpu_has_no_power(stub: Stub, name: str) -> None:
     assert s.power_watts is None and s.energy_millijoules is None
     assert s.gpu_util_ratio == 0.0 and s.sm_clock_mhz == 1410
     assert s.gpu_uuid.endswith("00000000")
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_real_body_gives_the_inventory_of_its_gpus(stub: Stub, name: str) -> None:
+    """The first scrape carries a valid inventory row for every GPU (and MIG instance) it
+    samples, from the labels; a second scrape of the same body carries none."""
+    url = stub.serve("/" + name, read(name))
+    body = read(name)
+    with collector(url, pool="p1") as c:
+        first, again = c.collect(NOW), c.collect(NOW + dt.timedelta(seconds=10))
+    samples, rows = list(first.samples), list(first.gpus)
+    assert list(again.gpus) == [] and len(again.samples) == len(samples)
+    assert {(r.cluster, r.gpu_uuid) for r in rows} == {(s.cluster, s.gpu_uuid) for s in samples}
+    by_key = {(s.gpu_uuid, s.mig_instance): s for s in samples}
+    for r in rows:
+        s = by_key[(r.gpu_uuid, r.mig_instance)]
+        assert check_gpu(r) is None, r
+        assert (r.node, r.gpu_index, r.gpu_model, r.mig_profile) == (
+            s.node,
+            s.gpu_index,
+            s.gpu_model,
+            s.mig_profile,
+        )
+        assert (r.pool, r.source, r.ts, r.memory_total_bytes) == (
+            "p1",
+            f"dcgm:{url}",
+            NOW,
+            s.memory_total_bytes,
+        )
+        assert bool(r.pci_bus_id) == ("pci_bus_id=" in body)
+        assert bool(r.driver_version) == ("DCGM_FI_DRIVER_VERSION=" in body)
+    for uuid in {r.gpu_uuid for r in rows}:  # a GPU's rows add up to the whole GPU
+        assert sum(r.capacity_fraction for r in rows if r.gpu_uuid == uuid) == pytest.approx(1)
+
+
+def test_inventory_is_sent_again_when_the_labels_change(stub: Stub) -> None:
+    name = "h100_80gb_hbm3_x8_podlabels__nvidia_aicr@156a357.prom"
+    bodies = [read(name), read(name), read(name).replace("580.105.08", "590.48.01")]
+    stub.routes["/m"] = lambda n: Reply(body=bodies[min(n, 2)].encode())
+    with collector(stub.url("/m")) as c:
+        sent = [list(c.collect(NOW + dt.timedelta(seconds=10 * i)).gpus) for i in range(4)]
+    assert [len(rows) for rows in sent] == [8, 0, 8, 0]  # first sight, same, driver update, same
+    assert {r.driver_version for r in sent[2]} == {"590.48.01"}
+    assert {r.ts for r in sent[2]} == {NOW + dt.timedelta(seconds=20)}
+
+
+def test_inventory_left_to_another_source(stub: Stub) -> None:
+    url = stub.serve("/t4", read("t4_rafay__cncf_k8s-ai-conformance.prom"))
+    with collector(url, inventory=False) as c:
+        batch = c.collect(NOW)
+    assert len(batch.samples) == 1 and list(batch.gpus) == []
+
+
+def test_dcgm_only_scrapes_are_written_not_quarantined(stub: Stub, wh: Warehouse) -> None:
+    """A deployment with dcgm-exporter and no NVML agent: its samples find their GPUs."""
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(minutes=5)
+    urls = [stub.serve("/" + n, read(n)) for n in FILES if n.startswith(("a100", "h100"))]
+    with collector(*urls, pool="p1") as c:
+        batches = [c.collect(now + dt.timedelta(seconds=10 * i)) for i in range(3)]
+    assert [len(b.gpus) for b in batches] == [2 + 8 + 8, 0, 0]
+    first = Ingestor(wh, 35).write(batches[0])
+    later = Ingestor(wh, 35)  # a restarted writer: the GPUs are known from the warehouse
+    rest = [later.write(b) for b in batches[1:]]
+    assert not first.quarantined and not any(r.quarantined for r in rest)
+    assert first.written["gpu_samples"] + sum(r.written["gpu_samples"] for r in rest) == 3 * 18
+    assert wh.rows(f"SELECT count() FROM {wh.database}.gpus FINAL") == [(18,)]
+    assert wh.rows(f"SELECT count() FROM {wh.database}.quarantine") == [(0,)]
 
 
 # --------------------------------------------------------------------------- HTTP behaviour

@@ -7,6 +7,8 @@
     gpuledger import alibaba-v2023|alibaba-v2025 ...
     gpuledger ledger --from YYYY-MM-DD --to YYYY-MM-DD [--by ...] [--idle-policy ...]
     gpuledger sql "SELECT ..." [--format table|csv|json]
+    gpuledger quarantine list [--kind K] [--reason TEXT] [--since ISO] [--format ...]
+    gpuledger quarantine replay [--kind K] [--reason TEXT] [--since ISO] [--dry-run]
     gpuledger db migrate | gpuledger db status
 
 Every command takes ``--config FILE``, ``--data-dir DIR`` and ``--dsn DSN``. A user mistake
@@ -37,6 +39,8 @@ from .commands import (
     cmd_why,
 )
 from .output import format_rows  # noqa: F401 - re-exported for callers and tests
+from .quarantine_commands import add_parser as add_quarantine_parser
+from .quarantine_commands import cmd_quarantine
 from .settings import Settings, SettingsError, load_settings
 
 
@@ -198,6 +202,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     frag.add_argument("--format", choices=("text", "json"), default="text")
 
+    add_quarantine_parser(sub, common)
+
     db = sub.add_parser("db", parents=[common], help="schema migrations")
     db.add_argument("action", choices=("migrate", "status"))
     return parser
@@ -229,6 +235,7 @@ COMMANDS = {
     "import": cmd_import,
     "serve": cmd_serve,
     "sql": cmd_sql,
+    "quarantine": cmd_quarantine,
     "db": cmd_db,
 }
 

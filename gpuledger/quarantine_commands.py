@@ -1,0 +1,161 @@
+"""``gpuledger quarantine list | replay``: what ingest kept back, and writing it again.
+
+    gpuledger quarantine list [--kind K] [--reason TEXT] [--since ISO] [--examples N]
+                              [--format table|csv|json]
+    gpuledger quarantine replay [--kind K] [--reason TEXT] [--since ISO] [--dry-run]
+
+``--reason`` keeps the rows whose reason contains TEXT (case-insensitive): every reason of a
+sample from a GPU with no inventory starts with ``unknown_gpu:``. The warehouse side, and how
+a replayed row is written exactly once, is :mod:`warehouse.quarantine`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from typing import Any
+
+from .output import format_rows
+from .settings import Settings, SettingsError
+
+_REASON_CHARS = 60  # of a reason in the examples table; the counts table shows it whole
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """The ``quarantine`` command and its two actions, on the CLI's subparsers."""
+    quarantine = sub.add_parser(
+        "quarantine", parents=[common], help="rows refused at ingest: list them, replay them"
+    )
+    actions = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser(
+        "list", parents=[common], help="quarantined rows by kind and reason, and the newest"
+    )
+    replay = actions.add_parser(
+        "replay",
+        parents=[common],
+        help="write quarantined rows again through ingest's checks (those that pass now)",
+    )
+    for action in (listing, replay):
+        action.add_argument(
+            "--kind", default="", help="one kind: gpu_sample, gpu_inventory, job_event, ..."
+        )
+        action.add_argument(
+            "--reason", default="", help="rows whose reason contains TEXT, e.g. unknown_gpu"
+        )
+        action.add_argument("--since", help="rows quarantined at or after this ISO time")
+    listing.add_argument(
+        "--examples", type=int, default=10, help="newest rows shown (default 10; 0: none)"
+    )
+    listing.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    replay.add_argument(
+        "--dry-run", action="store_true", help="say what would be written; write nothing"
+    )
+
+
+def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
+    from warehouse.quarantine import Filters
+
+    filters = Filters(kind=args.kind, reason=args.reason, since=_since(args.since))
+    if args.action == "list":
+        return _list(settings, filters, args)
+    return _replay(settings, filters, args.dry_run)
+
+
+def _since(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        since = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise SettingsError(
+            f"--since {text!r} is not an ISO time such as 2026-11-30T12:00:00+00:00"
+        ) from None
+    return since if since.tzinfo else since.replace(tzinfo=dt.UTC)
+
+
+def _list(settings: Settings, filters: Any, args: argparse.Namespace) -> int:
+    from warehouse.quarantine import summary
+
+    from .app import open_warehouse
+
+    if args.examples < 0:
+        raise SettingsError(f"--examples {args.examples} must be 0 or more")
+    wh = open_warehouse(settings)
+    counts, newest = summary(wh, filters, examples=args.examples)
+    if args.format == "json":
+        doc = {"filters": filters.describe(), "counts": counts.to_dicts()}
+        doc["examples"] = newest.to_dicts()
+        print(json.dumps(doc, indent=1, default=str))
+        return 0
+    if args.format == "csv":  # one table: the counts
+        sys.stdout.write(format_rows(counts.columns, counts.rows(), "csv"))
+        return 0
+    print(f"quarantined rows ({filters.describe()}), by kind and reason:")
+    sys.stdout.write(format_rows(counts.columns, counts.rows(), "table"))
+    if args.examples and newest.height:
+        print("\nthe newest still quarantined:")
+        columns = ["received_at", "kind", "batch_id", "field", "value", "reason"]
+        rows = [
+            [*r[:4], _cut(str(r[4]), 40), _cut(str(r[5]), _REASON_CHARS)]
+            for r in newest.select(columns).rows()
+        ]
+        sys.stdout.write(format_rows(columns, rows, "table"))
+    if counts.height and "unknown_gpu" in " ".join(counts["reason"].to_list()):
+        print(
+            "\nrows of GPUs with no inventory: once the source has sent it, "
+            "`gpuledger quarantine replay --reason unknown_gpu` writes them"
+        )
+    return 0
+
+
+def _cut(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def _replay(settings: Settings, filters: Any, dry_run: bool) -> int:
+    from warehouse.ingest import Ingestor
+    from warehouse.quarantine import REPLAYABLE, QuarantineError, replay
+
+    from .app import open_warehouse
+
+    if filters.kind and filters.kind not in REPLAYABLE:
+        raise SettingsError(
+            f"--kind {filters.kind!r} cannot be replayed: use one of {', '.join(REPLAYABLE)} "
+            "(configuration kinds: send them again)"
+        )
+    wh = open_warehouse(settings)
+    started = dt.datetime.now(dt.UTC)  # one clock for the checks before and during the write
+    ingestor = Ingestor(wh, settings.warehouse.raw_retention_days, now=lambda: started)
+    try:
+        report = replay(wh, ingestor, filters, dry_run=dry_run)
+    except QuarantineError as exc:
+        raise SettingsError(str(exc)) from None
+    verb = "would write" if dry_run else "wrote"
+    note = " — dry run, nothing written" if dry_run else ""
+    print(f"quarantine replay ({filters.describe()}){note}:")
+    done = report.written, report.already_written, report.still_quarantined
+    if not any(done) and not report.not_replayable:
+        print("  nothing to replay")
+    for table, rows in sorted(report.written.items()):
+        print(f"  {verb:<18} {rows:>10,}  into {table}")
+    for kind, rows in sorted(report.already_written.items()):
+        if rows:
+            print(f"  {'already written':<18} {rows:>10,}  {kind} rows found in place: marked")
+    if report.batch_ids:
+        print(
+            f"  batch ids: {', '.join(report.batch_ids[:5])}"
+            + (f" (+{len(report.batch_ids) - 5} more)" if len(report.batch_ids) > 5 else "")
+        )
+    _reasons("still quarantined", report.still_quarantined)
+    _reasons("not replayable", report.not_replayable)
+    return 0
+
+
+def _reasons(title: str, counts: Any) -> None:
+    if not counts:
+        return
+    print(f"  {title:<18} {sum(counts.values()):>10,}")
+    for (kind, reason), rows in counts.most_common():
+        print(f"    {rows:,} {kind} × {reason}")

@@ -234,6 +234,29 @@ def test_a_group_writes_what_each_batch_alone_writes(wh: Warehouse, other_wh: Wa
     assert state(wh) == expected
 
 
+def test_a_group_quarantines_unknown_gpus_as_each_batch_alone(
+    wh: Warehouse, other_wh: Warehouse
+) -> None:
+    """Samples of a GPU with no inventory are quarantined under the id of the batch they came
+    in; a batch that brings its GPUs' inventory has its samples written."""
+    t = NOW - dt.timedelta(hours=1)
+    members = [
+        ("n1:nvml:0", Batch(samples=pl.concat([samples(t, 2, "n1"), samples(t, 2, "nx")]))),
+        ("n2:dcgm:0", Batch(samples=samples(t, 3, "n2"), gpus=gpus_of("n2", 3))),
+    ]
+    for db in (wh, other_wh):
+        known(db, "n1")
+    alone = Ingestor(other_wh, 35, now=lambda: NOW)
+    for batch_id, batch in members:
+        alone.write(batch, batch_id=batch_id)
+    result = Ingestor(wh, 35, now=lambda: NOW).write_group(members, group_token(["a", "b"]))
+    assert state(wh) == state(other_wh)
+    assert result.written["gpu_samples"] == 2 + 3 and result.quarantined_total == 2
+    assert wh.rows(
+        f"SELECT batch_id, field, value FROM {wh.database}.quarantine ORDER BY value"
+    ) == [("n1:nvml:0:samples", "gpu_uuid", f"GPU-nx-{g}") for g in range(2)]
+
+
 # -- crashes between the steps ----------------------------------------------------------------
 def test_a_crash_before_the_insert_is_replayed_once(wh: Warehouse, tmp_path: Path) -> None:
     spool = tmp_path / "spool"

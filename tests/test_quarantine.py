@@ -108,6 +108,27 @@ def test_mig_samples_find_their_gpu_by_the_parent_uuid(wh: Warehouse) -> None:
     assert result.written == {"gpu_samples": 6} and not result.quarantined
 
 
+def test_known_gpus_are_remembered_unknown_ones_asked_again(wh: Warehouse) -> None:
+    """An Ingestor remembers the GPUs whose inventory it wrote or found, and asks again about
+    the ones it found unknown (their inventory may come from another source)."""
+    ing = ingestor(wh)
+    ing.write_gpus([gpu("GPU-a")])
+    assert ing.write_samples(samples("GPU-b", 2)).quarantined_total == 2
+    ingestor(wh).write_gpus([gpu("GPU-b")])  # from elsewhere
+    db = wh.database
+    later = [s._replace(ts=s.ts + dt.timedelta(minutes=5)) for s in samples("GPU-b", 2)]
+    assert ing.write_samples(later).written == {"gpu_samples": 2}
+    wh.command(f"RENAME TABLE {db}.gpus TO {db}.gpus_away")  # no answer to a query now
+    try:
+        assert ing.write_samples(samples("GPU-a", 3) + samples("GPU-b", 1)).written == {
+            "gpu_samples": 4
+        }  # both known here: no query
+        with pytest.raises(WarehouseError):
+            ingestor(wh).write_samples(samples("GPU-a", 1))  # a new Ingestor has to ask
+    finally:
+        wh.command(f"RENAME TABLE {db}.gpus_away TO {db}.gpus")
+
+
 # -- replay -----------------------------------------------------------------------------------
 @pytest.fixture
 def cli(wh: Warehouse, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]

@@ -10,6 +10,8 @@ import datetime as dt
 import itertools
 import os
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +113,47 @@ def give_inventory(
         )
     Ingestor(wh, 36500).write_gpus(list(gpus.values()))
     return len(gpus)
+
+
+# -- the Kubernetes collector against the fake API server (tests/k8s_fake.py) ---------------
+@pytest.fixture
+def fake() -> Iterator[Any]:
+    """A fake Kubernetes API server on loopback (list and watch)."""
+    from k8s_fake import FakeKubeApi
+
+    with FakeKubeApi() as server:
+        yield server
+
+
+@pytest.fixture
+def api(fake: Any) -> Iterator[Any]:
+    """The official client, configured for ``fake``."""
+    from kubernetes import client as k8s
+
+    client = k8s.ApiClient(k8s.Configuration(host=fake.url))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def start(api: Any, fake: Any) -> Iterator[Callable[..., Any]]:
+    """Start a collector (``k8s_helpers.make(api, **kw)``) in a thread; all are stopped, and
+    must stop promptly, at the end of the test."""
+    from k8s_helpers import Runner, make
+
+    runners: list[Runner] = []
+
+    def starter(**kw: Any) -> Runner:
+        runner = Runner(make(api, **kw))
+        runners.append(runner)
+        runner.thread.start()
+        fake.wait_for_watchers("pods")
+        return runner
+
+    yield starter
+    for runner in runners:
+        began = time.monotonic()
+        runner.stop.set()
+        runner.thread.join(5)
+        assert not runner.thread.is_alive(), "run() did not stop"
+        assert time.monotonic() - began < 2.0, "run() took too long to stop"

@@ -11,10 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from k8s_fake import FakeKubeApi
 from k8s_helpers import (
     JOB_UID,
@@ -41,36 +40,6 @@ from collector.kubernetes import GAP_REASON
 from warehouse.analytics import queues as qu
 from warehouse.client import Warehouse
 from warehouse.ingest import Ingestor
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeKubeApi]:
-    with FakeKubeApi() as server:
-        yield server
-
-
-@pytest.fixture
-def api(fake: FakeKubeApi) -> Iterator[k8s.ApiClient]:
-    client = k8s.ApiClient(k8s.Configuration(host=fake.url))
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def start(api: k8s.ApiClient, fake: FakeKubeApi) -> Iterator[Callable[..., Runner]]:
-    runners: list[Runner] = []
-
-    def starter(**kw: Any) -> Runner:
-        runners.append(Runner(make(api, **kw)))
-        runners[-1].thread.start()
-        fake.wait_for_watchers("pods")
-        return runners[-1]
-
-    yield starter
-    for runner in runners:
-        runner.stop.set()
-        runner.thread.join(5)
-        assert not runner.thread.is_alive()
 
 
 def eventually(condition: Callable[[], object], timeout: float = 5.0) -> None:

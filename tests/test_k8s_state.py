@@ -41,19 +41,6 @@ from gpuledger.collect_commands import _source
 from gpuledger.settings import SettingsError, load_settings
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeKubeApi]:
-    with FakeKubeApi() as server:
-        yield server
-
-
-@pytest.fixture
-def api(fake: FakeKubeApi) -> Iterator[k8s.ApiClient]:
-    client = k8s.ApiClient(k8s.Configuration(host=fake.url))
-    yield client
-    client.close()
-
-
 class Session:
     """One collector after another on the same state directory; every event they emitted."""
 

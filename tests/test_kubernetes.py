@@ -18,8 +18,7 @@ import copy
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from k8s_fake import FakeKubeApi
@@ -40,39 +39,6 @@ from k8s_helpers import (
 from kubernetes import client as k8s
 
 from collector.kubernetes import GAP_REASON
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeKubeApi]:
-    with FakeKubeApi() as server:
-        yield server
-
-
-@pytest.fixture
-def api(fake: FakeKubeApi) -> Iterator[k8s.ApiClient]:
-    client = k8s.ApiClient(k8s.Configuration(host=fake.url))
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def start(api: k8s.ApiClient, fake: FakeKubeApi) -> Iterator[Callable[..., Runner]]:
-    runners: list[Runner] = []
-
-    def starter(**kw: Any) -> Runner:
-        runner = Runner(make(api, **kw))
-        runners.append(runner)
-        runner.thread.start()
-        fake.wait_for_watchers("pods")
-        return runner
-
-    yield starter
-    for runner in runners:
-        began = time.monotonic()
-        runner.stop.set()
-        runner.thread.join(5)
-        assert not runner.thread.is_alive(), "run() did not stop"
-        assert time.monotonic() - began < 2.0, "run() took too long to stop"
 
 
 # -- what a pod's events say --------------------------------------------------------------------

@@ -227,7 +227,7 @@ class Spool:
                     continue
                 self._used -= size
                 self._depth -= 1
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             if self._used < 0.8 * self.max_bytes:
                 self._warned_full = False
 
@@ -241,7 +241,7 @@ def write_durably(path: Path, data: bytes) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 #: The longest encoded batch id a spool file name holds whole (longer ones are cut).
@@ -267,7 +267,8 @@ def _safe(batch_id: str) -> str:
     return "".join(c if c.isalnum() or c in "_.:" else "_" for c in batch_id)[:120]
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make the renames and removals in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

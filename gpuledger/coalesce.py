@@ -54,7 +54,7 @@ import numpy as np
 import polars as pl
 
 from collector.records import Batch
-from collector.spool import Spool, SpooledBatch, write_durably
+from collector.spool import Spool, SpooledBatch, fsync_dir, write_durably
 from warehouse.client import Warehouse
 from warehouse.ingest import Ingestor, content_id
 
@@ -145,7 +145,7 @@ class AcceptedIds:
                 fh.flush()
                 os.fsync(fh.fileno())
             if new:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
             self._current.update(digests)
             for old in [h for h in self._sealed if self._expired(h)]:
                 del self._sealed[old]
@@ -512,7 +512,7 @@ class Coalescer:
         self.accepted.add(ids)
         self.spool.forget(members)
         manifest.unlink(missing_ok=True)
-        _fsync_dir(self.groups_dir)
+        fsync_dir(self.groups_dir)
         with self._cond:
             self._pending.difference_update(ids)
 
@@ -596,11 +596,3 @@ def _own(directory: Path) -> IO[str]:
     handle.write(str(os.getpid()))
     handle.flush()
     return handle
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

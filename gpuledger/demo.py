@@ -127,28 +127,7 @@ def _previous_demo(wh: Warehouse, cluster: str) -> dict[str, object] | None:
 
 
 def _record_demo(wh: Warehouse, params: dict[str, object]) -> None:
-    wh.insert_rows(
-        "audit_log",
-        [
-            (
-                dt.datetime.now(dt.UTC),
-                "gpuledger demo",
-                "demo.start",
-                str(params["cluster"]),
-                "ok",
-                json.dumps(params),
-            )
-        ],
-        ["ts", "actor", "action", "object", "outcome", "detail"],
-        [
-            "DateTime64(3, 'UTC')",
-            "String",
-            "LowCardinality(String)",
-            "String",
-            "LowCardinality(String)",
-            "String",
-        ],
-    )
+    wh.audit("gpuledger demo", "demo.start", str(params["cluster"]), json.dumps(params))
 
 
 def start_live(run: DemoRun, interval_s: int) -> BackgroundScheduler:

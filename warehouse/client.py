@@ -8,6 +8,7 @@ also where the engine's vague failures become one clear sentence (STYLE.md item 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import logging
 from collections.abc import Mapping, Sequence
@@ -188,6 +189,31 @@ class Warehouse:
             )
         except (ClickHouseError, DatabaseError) as exc:
             raise _translate(exc, self.dsn) from exc
+
+    def audit(
+        self,
+        actor: str,
+        action: str,
+        obj: str,
+        detail: str,
+        outcome: str = "ok",
+        ts: dt.datetime | None = None,
+    ) -> None:
+        """Record an action in ``audit_log`` (who did what to which object, with details) at
+        ``ts`` (default: now)."""
+        self.insert_rows(
+            "audit_log",
+            [(ts or dt.datetime.now(dt.UTC), actor, action, obj, outcome, detail)],
+            ("ts", "actor", "action", "object", "outcome", "detail"),
+            (
+                "DateTime64(3, 'UTC')",
+                "String",
+                "LowCardinality(String)",
+                "String",
+                "LowCardinality(String)",
+                "String",
+            ),
+        )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

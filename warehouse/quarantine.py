@@ -77,15 +77,6 @@ _MARK_TYPES = (
     "String",
     "LowCardinality(String)",
 )
-_AUDIT_COLUMNS = ("ts", "actor", "action", "object", "outcome", "detail")
-_AUDIT_TYPES = (
-    "DateTime64(3, 'UTC')",
-    "String",
-    "LowCardinality(String)",
-    "String",
-    "LowCardinality(String)",
-    "String",
-)
 
 
 class QuarantineError(ValueError):
@@ -336,12 +327,10 @@ def _audit(wh: Warehouse, now: dt.datetime, filters: Filters, report: ReplayRepo
     """One audit_log row per replay that wrote or marked anything."""
     detail = report.to_json()
     detail["batch_ids"] = report.batch_ids[:100]
-    row = (
-        now,
+    wh.audit(
         "gpuledger quarantine replay",
         "quarantine.replay",
         filters.describe(),
-        "ok",
         json.dumps(detail, default=str),
+        ts=now,
     )
-    wh.insert_rows("audit_log", [row], _AUDIT_COLUMNS, _AUDIT_TYPES)

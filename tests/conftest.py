@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -63,6 +64,28 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def gpuledger_cmd() -> list[str]:
     return [sys.executable, "-m", "gpuledger.cli"]
+
+
+SqlRows = Callable[[str, "Path | str"], list[list[str]]]
+
+
+@pytest.fixture
+def sql_rows(gpuledger_cmd: list[str], cli_env: dict[str, str]) -> SqlRows:
+    """Run ``gpuledger sql QUERY --format csv --data-dir DIR`` as a subprocess (the data
+    directory's owner must have stopped); the rows after the header, as lists of strings."""
+
+    def run(query: str, data_dir: Path | str) -> list[list[str]]:
+        got = subprocess.run(
+            [*gpuledger_cmd, "sql", query, "--format", "csv", "--data-dir", str(data_dir)],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert got.returncode == 0, got.stderr[-2000:]
+        return [line.split(",") for line in got.stdout.splitlines()[1:]]
+
+    return run
 
 
 def recent(anchor: dt.datetime, margin: dt.timedelta = dt.timedelta(days=2)) -> dt.datetime:

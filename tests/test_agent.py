@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from conftest import SqlRows
 
 from tests import nvml_stub
 
@@ -45,7 +46,7 @@ def _metric(text: str, name: str) -> float:
 
 
 def test_agent_survives_a_server_kill(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str], sql_rows: SqlRows
 ) -> None:
     lib = nvml_stub.build(tmp_path)
     if lib is None:
@@ -111,15 +112,8 @@ def test_agent_survives_a_server_kill(
         "(SELECT uniqExact(gpu_uuid, ts) FROM gpuledger.gpu_health) "
         "FROM gpuledger.gpu_samples"
     )
-    got = subprocess.run(
-        [*gpuledger_cmd, "sql", query, "--format", "csv", "--data-dir", str(data)],
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
     count, unique, instants, procs, unique_procs, health, unique_health = map(
-        int, got.stdout.splitlines()[1].split(",")
+        int, sql_rows(query, data)[0]
     )
     assert count == unique == collected  # every sample once, none lost, none twice
     assert instants > 10
@@ -129,7 +123,7 @@ def test_agent_survives_a_server_kill(
 
 
 def test_serve_runs_collectors_in_process(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str], sql_rows: SqlRows
 ) -> None:
     """Embedded mode: one process owns the data directory, so `serve` hosts the collectors."""
     lib = nvml_stub.build(tmp_path)
@@ -162,43 +156,21 @@ def test_serve_runs_collectors_in_process(
         out, _ = server.communicate(timeout=60)
     assert server.returncode == 0
     assert "collecting nvml in-process" in out
-    got = subprocess.run(
-        [
-            *gpuledger_cmd,
-            "sql",
-            "SELECT count(), uniqExact(gpu_uuid, "
-            "mig_instance), max(node) FROM gpuledger.gpu_samples",
-            "--format",
-            "csv",
-            "--data-dir",
-            str(data),
-        ],
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    ((count, gpus, node),) = sql_rows(
+        "SELECT count(), uniqExact(gpu_uuid, mig_instance), max(node) FROM gpuledger.gpu_samples",
+        data,
     )
-    count, gpus, node = got.stdout.splitlines()[1].split(",")
     assert int(count) >= 2 * int(gpus) and int(gpus) >= 3 and node == "node-1"
     # inventory, and the processes and health counters the stand-in reports (6 and 3 a poll)
-    inventory = subprocess.run(
-        [
-            *gpuledger_cmd,
-            "sql",
+    ((gpus, pids, healthy, quarantined),) = (
+        map(int, row)
+        for row in sql_rows(
             "SELECT (SELECT count() FROM gpuledger.gpus FINAL), "
             "(SELECT uniqExact(pid) FROM gpuledger.gpu_processes WHERE node = 'node-1'), "
             "(SELECT uniqExact(gpu_uuid) FROM gpuledger.gpu_health WHERE cluster = 'c1'), "
             "(SELECT count() FROM gpuledger.quarantine "
             "WHERE kind IN ('gpu_process', 'gpu_health'))",
-            "--format",
-            "csv",
-            "--data-dir",
-            str(data),
-        ],
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+            data,
+        )
     )
-    gpus, pids, healthy, quarantined = map(int, inventory.stdout.splitlines()[1].split(","))
     assert gpus >= 3 and pids == 6 and healthy == 3 and quarantined == 0

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import SqlRows
 from k8s_fake import FakeKubeApi
 from k8s_helpers import (
     NOW,
@@ -314,7 +315,11 @@ def _kubeconfig(fake: FakeKubeApi, path: Path) -> Path:
 
 
 def test_gpuledger_collect_kubernetes_restarted_writes_each_event_once(
-    fake: FakeKubeApi, tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    fake: FakeKubeApi,
+    tmp_path: Path,
+    gpuledger_cmd: list[str],
+    cli_env: dict[str, str],
+    sql_rows: SqlRows,
 ) -> None:
     """``gpuledger collect kubernetes`` into the embedded warehouse, stopped (SIGTERM) and
     started again: the second run writes only what changed, once."""
@@ -356,15 +361,7 @@ def test_gpuledger_collect_kubernetes_restarted_writes_each_event_once(
         "SELECT job_id, attempt, event, count() FROM gpuledger.job_events "
         "GROUP BY job_id, attempt, event ORDER BY job_id, attempt, event"
     )
-    out = subprocess.run(
-        [*gpuledger_cmd, "sql", query, "--format", "csv", *data],
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
-    rows = [line.split(",") for line in out.strip().splitlines()[1:]]
+    rows = sql_rows(query, data[1])
     assert {(job, event) for job, _, event, _ in rows} == {
         ("job-train", "submitted"),
         ("job-train", "admitted"),
@@ -379,7 +376,7 @@ def test_gpuledger_collect_kubernetes_restarted_writes_each_event_once(
         ("uid-done", "finished"),
         ("uid-waiting", "submitted"),
     }
-    assert {n for *_, n in rows} == {"1"}, out  # nothing twice across the restart
+    assert {n for *_, n in rows} == {"1"}, rows  # nothing twice across the restart
 
 
 def test_a_second_collector_on_the_same_state_file_keeps_none(

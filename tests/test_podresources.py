@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import polars as pl
 import pytest
-from conftest import give_inventory, recent
+from conftest import SqlRows, give_inventory, recent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -471,7 +471,7 @@ def test_agent_keeps_sampling_while_the_kubelet_is_away(
 # -- the agent end to end: NVML stand-in, kubelet, warehouse ------------------------------------
 @pytest.mark.integration
 def test_agent_labels_nvml_samples_with_pods(
-    tmp_path: Path, sock: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, sock: Path, gpuledger_cmd: list[str], cli_env: dict[str, str], sql_rows: SqlRows
 ) -> None:
     """``gpuledger agent`` on the NVML stand-in: MIG UUIDs resolve through NVML itself."""
     lib = nvml_stub.build(tmp_path)
@@ -512,23 +512,11 @@ def test_agent_labels_nvml_samples_with_pods(
         kubelet.stop()
     assert agent.returncode == 0, err[-2000:]
     assert kubelet.calls >= 1
-    got = subprocess.run(
-        [
-            *gpuledger_cmd,
-            "sql",
-            "SELECT gpu_uuid, mig_instance, namespace, pod, container, count() "
-            "FROM gpuledger.gpu_samples GROUP BY ALL ORDER BY ALL",
-            "--format",
-            "csv",
-            "--data-dir",
-            str(data),
-        ],
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    query = (
+        "SELECT gpu_uuid, mig_instance, namespace, pod, container, count() "
+        "FROM gpuledger.gpu_samples GROUP BY ALL ORDER BY ALL"
     )
-    rows = {tuple(line.split(",")[:5]) for line in got.stdout.splitlines()[1:]}
+    rows = {tuple(row[:5]) for row in sql_rows(query, data)}
     assert (H0, "", "team-a", "llm-0", "trainer") in rows
     assert (A100, "13", "team-b", "notebook", "jupyter") in rows
     assert (A100, "5", "", "", "") in rows and (H1, "", "", "", "") in rows

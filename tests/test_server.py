@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import requests
+from conftest import SqlRows
 
 from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample
 from collector.spool import dump_batch
@@ -77,7 +78,7 @@ class Agent(threading.Thread):
 
 
 def test_a_server_killed_mid_group_writes_every_sample_once(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str], sql_rows: SqlRows
 ) -> None:
     data, port = tmp_path / "data", _port()
     groups = data / "ingest-spool" / "groups"
@@ -136,13 +137,6 @@ def test_a_server_killed_mid_group_writes_every_sample_once(
         "SELECT count(), uniqExact(gpu_uuid, ts), "
         "(SELECT sum(samples) FROM gpuledger.gpu_samples_1h) FROM gpuledger.gpu_samples"
     )
-    got = subprocess.run(
-        [*gpuledger_cmd, "sql", query, "--format", "csv", "--data-dir", str(data)],
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    count, unique, hourly = map(int, got.stdout.splitlines()[1].split(","))
+    count, unique, hourly = map(int, sql_rows(query, data)[0])
     assert count == unique == hourly == GPUS * delivered  # every sample once, none lost
     assert delivered > 60

@@ -3,31 +3,23 @@
 --   used   the hour's used GPU-hours: the minutes' mean utilisations / 60;
 --   k, u   the minutes (of the hour, 0-59) and their mean utilisation (0 without a
 --          utilisation sample);
---   whole  1 when all 60 minutes are low under one label (hl); lk and lr are then empty;
---   lk     otherwise the low minutes: with utilisation samples, all of them under {threshold};
---   lr     each low minute's job label, as an index into hl (the greatest label where the
---          minute's samples carried several).
--- The hour's lowest and highest utilisation and its least and greatest label settle most hours
--- (nothing low; all low under one label) without looking at their minutes one by one.
+--   whole  1 when all 60 minutes are low (lk is then empty);
+--   lk     otherwise the low minutes: with utilisation samples, all of them under {threshold}.
+-- The hour's lowest and highest utilisation settle most hours (nothing low; all low) without
+-- looking at their minutes one by one.
 -- Included by ledger_usage.sql; ledger_minutes_raw.sql gives the same rows from raw samples.
 SELECT cluster, gpu_uuid, mig_instance, h, arraySum(u) / 60 AS used, k, u, whole,
-       arrayFilter((m, c, y) -> maybe_low AND NOT whole AND c >= 4294967296
-                                AND y < {threshold:Float64}, k, n, mx) AS lk,
-       arrayMap(m -> toUInt8(if(pure, 1, arrayFirstIndex(b -> bitTest(b, m), bits))), lk) AS lr,
-       hl
+       if(maybe_low AND NOT whole,
+          arrayFilter((m, c, y) -> c >= 4294967296 AND y < {threshold:Float64},
+                      k, n, minute_max.2), []) AS lk
 FROM (
     SELECT cluster, gpu_uuid, mig_instance, ts AS h, minute_util.1 AS k, minute_util.3 AS n,
-           minute_max.2 AS mx,
+           minute_max,
            arrayMap((s, c) -> if(c >= 4294967296, s / bitShiftRight(c, 32), 0.),
                     minute_util.2, n) AS u,
            coalesce(util_min < {threshold:Float64}, 0) AS maybe_low,
-           holder_min = holder_max AS pure,
-           maybe_low AND pure AND util_max < {threshold:Float64} AND util_samples = samples
-               AND length(k) = 60 AS whole,
-           if(maybe_low AND NOT pure, finalizeAggregation(holders),
-              CAST(map(), 'Map(String, UInt64)')) AS labels,
-           if(pure, [holder_max], arrayReverseSort(mapKeys(labels))) AS hl,
-           arrayMap(l -> labels[l], hl) AS bits
+           maybe_low AND util_max < {threshold:Float64} AND util_samples = samples
+               AND length(k) = 60 AS whole
     FROM {db:Identifier}.gpu_minutes_1h FINAL
     WHERE (cluster = {cluster:String} OR {cluster:String} = '')
       AND ts >= toStartOfHour({lo:DateTime64(3)}) AND ts < {hi:DateTime64(3)}

@@ -2,23 +2,23 @@
 -- the GPU-hours it used and left idle.
 --
 -- used: the interval's share of the GPU x the GPU's mean utilisation, minute by minute.
--- idle: the interval's share x the minutes that belong to an idle run: consecutive minutes
---       whose every sample stayed under {threshold}, under the same job label, lasting at
---       least {min_idle_s} seconds. Runs are found on the hours around [lo, hi) =
---       [a - min_idle - 1 min, b + min_idle + 1 min), so that a run crossing the window's edge
---       is judged by its whole length (or by enough of it): splitting the window never changes
---       the figures.
+-- idle: the interval's share x its idle time: the minutes of the GPU whose every sample stayed
+--       under {threshold}, in runs that last at least {min_idle_s} seconds within the job's
+--       own interval (a run is cut where the job starts or ends, so one job's idle stretch never
+--       lends length to the next job's). A run is judged on the job's interval within
+--       [lo, hi) = [a - min_idle - 1 min, b + min_idle + 1 min), so that a run crossing the
+--       window's edge is judged by its whole length (or by enough of it): splitting the window
+--       never changes the figures.
 -- Partial minutes at an interval's ends count pro rata.
 --
--- How: the minutes (ledger_minutes_*.sql) come as one row per GPU and hour. Each hour becomes
--- a few events on its GPU's timeline (times in ms):
---   kind 0  the hour's used GPU-hours, at the hour's end;
---   kind 1  an allocation end in the hour (an interval's start counts -1, its end +1), with
---           the used GPU-hours from the hour's start to it;
---   kind 2  a piece: consecutive low minutes under one label within the hour, [t, piece_end).
--- Each GPU's events, in time order, are processed as arrays: pieces that continue one another
--- across hours join into runs, runs long enough are idle, and each end reads the used and idle
--- GPU-hours before it; an interval's figures are the sum over its two ends.
+-- How: the minutes (ledger_minutes_*.sql) come as one row per GPU and hour. Per GPU:
+--   U(t)  the used GPU-hours up to t: the hours ended by t, plus the minutes of t's own hour
+--         before t (computed in that hour's row, joined with the interval ends in it);
+--   runs  the GPU's low minutes joined into maximal runs (most hours are none or all low);
+--   L(t)  the time up to t in runs at least {min_idle_s} long.
+-- Each interval reads U and L at its ends [s, e), and the runs around the ends [js, je) of the
+-- span it is judged on: a run that crosses js or je is judged by its part inside, not by its
+-- whole length. Lookups are one sorted pass per GPU over its hours, runs and interval ends.
 WITH
     hours AS (
         {{minutes}}
@@ -26,107 +26,131 @@ WITH
     allocs AS (
         SELECT cluster, pool, node, gpu_uuid, mig_instance, gpu_model, job_id, attempt, tenant,
                org, project, user, queue, workload_type, fraction, end_event,
+               cityHash64(job_id, attempt) AS id,
                greatest(start_ts, {a:DateTime64(3)}) AS s,
-               least(coalesce(end_ts, {b:DateTime64(3)}), {b:DateTime64(3)}) AS e
+               least(coalesce(end_ts, {b:DateTime64(3)}), {b:DateTime64(3)}) AS e,
+               greatest(start_ts, {lo:DateTime64(3)}) AS js,
+               least(coalesce(end_ts, {hi:DateTime64(3)}), {hi:DateTime64(3)}) AS je
         FROM {db:Identifier}.allocations FINAL
         WHERE (cluster = {cluster:String} OR {cluster:String} = '')
           AND start_ts < {b:DateTime64(3)}
           AND coalesce(end_ts, {b:DateTime64(3)}) > {a:DateTime64(3)}
     ),
-    ends AS (
-        SELECT cluster, gpu_uuid, mig_instance, toDateTime(toStartOfHour(t), 'UTC') AS h,
-               groupArray((toUnixTimestamp64Milli(t), job_id, attempt, sign)) AS xs
-        FROM (
-            SELECT cluster, gpu_uuid, mig_instance, job_id, attempt, s AS t, toInt8(-1) AS sign
-            FROM allocs WHERE gpu_uuid != '' AND e > s
-            UNION ALL
-            SELECT cluster, gpu_uuid, mig_instance, job_id, attempt, e AS t, toInt8(1) AS sign
-            FROM allocs WHERE gpu_uuid != '' AND e > s
-        )
+    -- which: 0 = s, 1 = e (where U and L are read), 2 = js, 3 = je (where runs are cut)
+    points AS (
+        SELECT cluster, gpu_uuid, mig_instance, id, p.1 AS t, p.2 AS which
+        FROM allocs
+        ARRAY JOIN [(toUnixTimestamp64Milli(s), toUInt8(0)), (toUnixTimestamp64Milli(e), 1),
+                    (toUnixTimestamp64Milli(js), 2), (toUnixTimestamp64Milli(je), 3)] AS p
+        WHERE gpu_uuid != '' AND e > s
+    ),
+    ends_by_hour AS (
+        SELECT cluster, gpu_uuid, mig_instance, toDateTime(intDiv(t, 3600000) * 3600, 'UTC') AS h,
+               groupArray((t, id, which)) AS xs
+        FROM points WHERE which <= 1
         GROUP BY cluster, gpu_uuid, mig_instance, h
     ),
     hourly AS (
-        SELECT cluster, gpu_uuid, mig_instance,
-               toInt64(toUnixTimestamp(h)) * 1000 AS h_ms,
-               if(whole, [(toUInt8(0), toUInt8(59), toUInt8(1))],
-                  arrayMap((a, b, l) -> (a, b, l),
-                           arrayFilter((m, f) -> f, lk, starts),
-                           arrayFilter((m, f) -> f, lk, arrayPopFront(arrayPushBack(starts, 1))),
-                           arrayFilter((l, f) -> f, lr, starts))) AS pieces,
-               arrayConcat(
-                   if(used > 0, [(h_ms + 3600000, toUInt8(0), used, toInt64(0), '',
-                                  toUInt16(0), toInt8(0))], []),
-                   arrayMap(y -> (y.1, toUInt8(1),
-                                  arraySum((m, v) -> v * least(1., greatest(0.,
-                                      (y.1 - h_ms - m * 60000) / 60000.)), k, u) / 60,
-                                  toInt64(0), y.2, y.3, y.4), xs),
-                   arrayMap(p -> (h_ms + p.1 * 60000, toUInt8(2), 0., h_ms + (p.2 + 1) * 60000,
-                                  hl[p.3], toUInt16(0), toInt8(0)), pieces)) AS events
-        FROM (
-            SELECT *,
-                   -- a low minute starts a piece unless it follows the previous one directly
-                   -- under the same label
-                   -- (no `if`: lk is empty where there is nothing to do, and a lazily
-                   -- evaluated branch costs more than the empty arrays)
-                   arrayMap((m, l, pm, pl, i) -> i = 1 OR m != pm + 1 OR l != pl,
-                            lk, lr, arrayPopBack(arrayPushFront(lk, 0)),
-                            arrayPopBack(arrayPushFront(lr, 0)), arrayEnumerate(lk)) AS starts
-            FROM hours FULL OUTER JOIN ends USING (cluster, gpu_uuid, mig_instance, h)
-        )
+        SELECT cluster, gpu_uuid, mig_instance, toInt64(toUnixTimestamp(h)) * 1000 AS h_ms,
+               used,
+               -- low minutes that follow one another make a piece [start, end) in ms
+               if(whole, [(h_ms, h_ms + 3600000)],
+                  arrayMap((x, y) -> (h_ms + x * 60000, h_ms + (y + 1) * 60000),
+                           arrayFilter((m, pm) -> m != pm + 1, lk,
+                                       arrayPopBack(arrayPushFront(lk, 254))),
+                           arrayFilter((m, nm) -> nm != m + 1, lk,
+                                       arrayPopFront(arrayPushBack(lk, 254))))) AS pieces,
+               -- the used GPU-hours of the hour before each interval end in it
+               arrayMap(x -> (x.2, x.3, arraySum((m, v) -> v * least(1., greatest(0.,
+                                  (x.1 - h_ms - m * 60000) / 60000.)), k, u) / 60), xs) AS within
+        FROM hours LEFT JOIN ends_by_hour USING (cluster, gpu_uuid, mig_instance, h)
     ),
-    timelines AS (
-        SELECT cluster, gpu_uuid, mig_instance,
-               arraySort(x -> (x.1, x.2), groupArrayArray(events)) AS ev,
-               ev.1 AS t, ev.2 AS kind, ev.4 AS piece_end, ev.5 AS label,
-               arrayMap(q -> q = 2, kind) AS piece,
-               -- the previous piece's end and label, carried over the events in between
-               arrayPopBack(arrayPushFront(arrayFill((x, f) -> f,
-                   arrayMap((x, f) -> if(f, x, 0), piece_end, piece), piece), 0)) AS prev_end,
-               arrayPopBack(arrayPushFront(arrayFill((x, f) -> f,
-                   arrayMap((x, f) -> if(f, x, ''), label, piece), piece), '')) AS prev_label,
-               arrayMap((f, x, pe, l, pl) -> f AND pe = x AND l = pl,
-                        piece, t, prev_end, label, prev_label) AS continues,
-               -- does the next piece continue this one?
-               arrayPopFront(arrayPushBack(arrayReverseFill((c, f) -> f, continues, piece), 0))
-                   AS continued,
-               -- each run's first start and last end, spread over its pieces
-               arrayFill((x, f) -> f, arrayMap((x, f, c) -> if(f AND NOT c, x, 0), t, piece,
-                                               continues),
-                         arrayMap((f, c) -> f AND NOT c, piece, continues)) AS run_start,
-               arrayReverseFill((x, f) -> f, arrayMap((x, f, c) -> if(f AND NOT c, x, 0),
-                                                      piece_end, piece, continued),
-                                arrayMap((f, c) -> f AND NOT c, piece, continued)) AS run_end,
-               arrayMap((f, rs, re) -> f AND re - rs >= {min_idle_s:UInt32} * 1000,
-                        piece, run_start, run_end) AS idle,
-               -- idle ms and used GPU-hours up to each event
-               arrayCumSum(arrayMap((f, x, pe) -> if(f, pe - x, 0), idle, t, piece_end))
-                   AS idle_ms,
-               arrayFill((x, f) -> f, arrayMap((f, pe) -> if(f, pe, 0), idle, piece_end), idle)
-                   AS idle_end,
-               arrayCumSum(arrayMap((q, v) -> if(q = 0, v, 0.), kind, ev.3)) AS used_before
+    per_gpu AS (
+        SELECT cluster, gpu_uuid, mig_instance, groupArray((h_ms + 3600000, used)) AS hour_ends,
+               arraySort(groupArrayArray(pieces)) AS ps, groupArrayArray(within) AS wi
         FROM hourly
         GROUP BY cluster, gpu_uuid, mig_instance
     ),
-    at_ends AS (
-        SELECT cluster, gpu_uuid, mig_instance, x.1 AS job_id, x.2 AS attempt,
-               sum(x.3 * x.4) AS used_h, sum(x.3 * x.5) / 3600000 AS idle_h
+    pts_by_gpu AS (
+        SELECT cluster, gpu_uuid, mig_instance, groupArray((t, id, which)) AS pts
+        FROM points
+        GROUP BY cluster, gpu_uuid, mig_instance
+    ),
+    timelines AS (
+        SELECT cluster, gpu_uuid, mig_instance, wi,
+               -- runs: pieces that continue one another (one ends where the next starts)
+               arrayFilter((p, q) -> p.1 != q.2, ps,
+                           arrayPopBack(arrayPushFront(ps, (toInt64(0), toInt64(0))))).1 AS rs,
+               arrayFilter((p, q) -> p.2 != q.1, ps,
+                           arrayPopFront(arrayPushBack(ps, (toInt64(0), toInt64(0))))).2 AS re,
+               arrayMap((x, y) -> toUInt8(y - x >= {min_idle_s:UInt32} * 1000), rs, re) AS lng,
+               arrayMap((x, y, l) -> l * (y - x), rs, re, lng) AS long_ms,
+               -- events by time: (t, kind, used GPU-hours, id, which, run start, end, long,
+               -- long ms before the run); kind 0 an hour's end, 1 a run's start, 2 a point
+               arraySort(x -> (x.1, x.2), arrayConcat(
+                   arrayMap(x -> (x.1, toUInt8(0), x.2, toUInt64(0), toUInt8(0), toInt64(0),
+                                  toInt64(0), toUInt8(0), toInt64(0)), hour_ends),
+                   arrayMap((x, y, l, c, m) -> (x, toUInt8(1), 0., toUInt64(0), toUInt8(0), x,
+                                                y, l, c - m), rs, re, lng,
+                            arrayCumSum(long_ms), long_ms),
+                   arrayMap(x -> (x.1, toUInt8(2), 0., x.2, x.3, toInt64(0), toInt64(0),
+                                  toUInt8(0), toInt64(0)), pts))) AS ev,
+               arrayCumSum(ev.3) AS used_before,
+               -- the run that started last before each event (zeros before the first)
+               arrayFill((r, f) -> f, arrayMap(x -> (x.6, x.7, x.8, x.9), ev),
+                         arrayMap(x -> x.2 = 1, ev)) AS run
+        FROM per_gpu RIGHT JOIN pts_by_gpu USING (cluster, gpu_uuid, mig_instance)
+    ),
+    -- per interval end: (id, which, used GPU-hours before it, long ms before it, its run)
+    at_points AS (
+        SELECT cluster, gpu_uuid, mig_instance, x.1 AS id, x.2 AS which, x.3 AS used_h,
+               x.4 AS long_ms, x.5 AS rs, x.6 AS re, x.7 AS lng
         FROM timelines
-        ARRAY JOIN arrayFilter((y, q) -> q = 1, arrayMap(
-            (l, at, sg, ub, v, im, ie, x) -> (l, at, sg, ub + v, im - greatest(0, ie - x)),
-            label, ev.6, ev.7, used_before, ev.3, idle_ms, idle_end, t), kind) AS x
-        GROUP BY cluster, gpu_uuid, mig_instance, job_id, attempt
+        ARRAY JOIN arrayConcat(
+            arrayMap((x, u, r) -> (x.4, x.5, u, r.4 + r.3 * least(greatest(x.1 - r.1, 0), r.2 - r.1),
+                                   r.1, r.2, r.3),
+                     arrayFilter((x, f) -> f, ev, arrayMap(x -> x.2 = 2, ev)),
+                     arrayFilter((u, f) -> f, used_before, arrayMap(x -> x.2 = 2, ev)),
+                     arrayFilter((r, f) -> f, run, arrayMap(x -> x.2 = 2, ev))),
+            arrayMap(w -> (w.1, w.2, w.3, toInt64(0), toInt64(0), toInt64(0), toUInt8(0)), wi))
+            AS x
+    ),
+    per_alloc AS (
+        SELECT cluster, gpu_uuid, mig_instance, id,
+               sumIf(used_h, which = 1) - sumIf(used_h, which = 0) AS used_h,
+               sumIf(long_ms, which = 1) - sumIf(long_ms, which = 0) AS long_ms,
+               maxIf(rs, which = 2) AS rs_j, maxIf(re, which = 2) AS re_j,
+               maxIf(lng, which = 2) AS lng_j,
+               maxIf(rs, which = 3) AS rs_k, maxIf(re, which = 3) AS re_k,
+               maxIf(lng, which = 3) AS lng_k
+        FROM at_points
+        GROUP BY cluster, gpu_uuid, mig_instance, id
+    ),
+    judged AS (
+        SELECT a.*, u.used_h AS used_h,
+               toUnixTimestamp64Milli(a.s) AS s_ms, toUnixTimestamp64Milli(a.e) AS e_ms,
+               toUnixTimestamp64Milli(a.js) AS js_ms, toUnixTimestamp64Milli(a.je) AS je_ms,
+               -- the runs that cross the judged span's start and end
+               u.rs_j < js_ms AND u.re_j > js_ms AS cross_j,
+               u.rs_k < je_ms AND u.re_k > je_ms AS cross_k,
+               cross_j AND cross_k AND u.rs_j = u.rs_k AS one_run,
+               if(cross_j, (toInt64(least(u.re_j, je_ms) - js_ms >= {min_idle_s:UInt32} * 1000)
+                            - u.lng_j)
+                           * greatest(0, least(u.re_j, e_ms) - greatest(u.rs_j, s_ms)), 0)
+               + if(cross_k AND NOT one_run,
+                    (toInt64(je_ms - greatest(u.rs_k, js_ms) >= {min_idle_s:UInt32} * 1000)
+                     - u.lng_k) * greatest(0, least(u.re_k, e_ms) - greatest(u.rs_k, s_ms)), 0)
+               + u.long_ms AS idle_ms
+        FROM allocs AS a
+        LEFT JOIN per_alloc AS u
+            ON a.cluster = u.cluster AND a.gpu_uuid = u.gpu_uuid
+               AND a.mig_instance = u.mig_instance AND a.id = u.id
+        WHERE a.e > a.s
     )
-SELECT a.cluster AS cluster, a.pool AS pool, a.node AS node, a.gpu_uuid AS gpu_uuid,
-       a.mig_instance AS mig_instance, a.gpu_model AS gpu_model, a.job_id AS job_id,
-       a.attempt AS attempt, a.tenant AS tenant, a.org AS org, a.project AS project,
-       a.user AS user, a.queue AS queue, a.workload_type AS workload_type,
-       a.end_event AS end_event, a.fraction AS fraction, a.s AS s, a.e AS e,
-       toFloat64(a.fraction) * dateDiff('millisecond', a.s, a.e) AS allocated_gpu_ms,
-       if(a.gpu_uuid = '', NULL, toFloat64(a.fraction) * coalesce(u.used_h, 0)) AS used_gpu_hours,
-       if(a.gpu_uuid = '', NULL, toFloat64(a.fraction) * coalesce(u.idle_h, 0)) AS idle_gpu_hours
-FROM allocs AS a
-LEFT JOIN at_ends AS u
-    ON a.cluster = u.cluster AND a.job_id = u.job_id AND a.attempt = u.attempt
-       AND a.gpu_uuid = u.gpu_uuid AND a.mig_instance = u.mig_instance
-WHERE a.e > a.s
-SETTINGS allow_deprecated_error_prone_window_functions = 1, optimize_aggregation_in_order = 1
+SELECT cluster, pool, node, gpu_uuid, mig_instance, gpu_model, job_id, attempt, tenant, org,
+       project, user, queue, workload_type, end_event, fraction, s, e,
+       toFloat64(fraction) * dateDiff('millisecond', s, e) AS allocated_gpu_ms,
+       if(gpu_uuid = '', NULL, toFloat64(fraction) * used_h) AS used_gpu_hours,
+       if(gpu_uuid = '', NULL, toFloat64(fraction) * idle_ms / 3600000) AS idle_gpu_hours
+FROM judged
+SETTINGS join_use_nulls = 0

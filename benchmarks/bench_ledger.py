@@ -431,10 +431,11 @@ def polars_ledger(
 ) -> dict[str, tuple[float, float, float]]:
     """Allocated, used and idle GPU-hours per tenant, the ledger's definitions, in polars.
 
-    The same steps as ``sql/ledger_usage.sql`` (before it was made fast): per GPU and minute
-    the mean and highest utilisation and the greatest job label; low minutes joined into runs
-    under one label; prefix sums of used and idle hours read at each allocation end (as-of
-    join), partial minutes pro rata.
+    Written plainly rather than fast: per GPU and minute the mean and highest utilisation; used
+    hours as prefix sums read at each allocation end (as-of join, partial minutes pro rata);
+    the GPU's low minutes joined into runs, every run paired with every allocation of its GPU,
+    cut to the allocation's span (within [a - min_idle - 1 min, b + min_idle + 1 min)) and
+    counted inside the window where the cut run lasts at least ``min_idle_s``.
     """
     keys = ["cluster", "gpu_uuid", "mig_instance"]
     margin = dt.timedelta(seconds=min_idle_s + 60)
@@ -447,46 +448,42 @@ def polars_ledger(
         .agg(
             pl.col("util_ratio").cast(pl.Float64).mean().alias("util"),
             pl.col("util_ratio").max().alias("umax"),
-            pl.col("job_id").max().alias("holder"),
         )
         .sort(*keys, "m")
         .collect(engine="streaming")
     )
     same_gpu = pl.all_horizontal([pl.col(k) == pl.col(k).shift(1) for k in keys])
     low = pl.col("umax").is_not_null() & (pl.col("umax") < threshold)
-    minutes = (
-        minutes.lazy()
-        .with_columns(low.alias("low"))
-        .with_columns(
-            (
-                same_gpu
-                & pl.col("low")
-                & pl.col("low").shift(1)
-                & (pl.col("holder") == pl.col("holder").shift(1))
-                & ((pl.col("m") - pl.col("m").shift(1)) == dt.timedelta(minutes=1))
-            )
-            .fill_null(False)
-            .alias("cont")
+    minutes = minutes.with_columns(
+        low.alias("low"),
+        (pl.col("util").fill_null(0.0) / 60).cum_sum().over(keys).alias("used_cum"),
+        (pl.col("util").fill_null(0.0) / 60).alias("used_h"),
+    ).with_columns(
+        (
+            same_gpu
+            & pl.col("low")
+            & pl.col("low").shift(1)
+            & ((pl.col("m") - pl.col("m").shift(1)) == dt.timedelta(minutes=1))
         )
-        .with_columns((~pl.col("cont")).cum_sum().alias("run"))
-        .with_columns(
-            (pl.col("util").fill_null(0.0) / 60).alias("used_h"),
-            (
-                (pl.col("low") & (pl.len().over("run") * 60 >= min_idle_s)).cast(pl.Float64) / 60
-            ).alias("idle_h"),
+        .fill_null(False)
+        .alias("cont")
+    )
+    runs = (
+        minutes.with_columns((~pl.col("cont")).cum_sum().alias("run"))
+        .filter(pl.col("low"))
+        .group_by(*keys, "run")
+        .agg(
+            pl.col("m").min().alias("rs"), (pl.col("m").max() + dt.timedelta(minutes=1)).alias("re")
         )
-        .with_columns(
-            pl.col("used_h").cum_sum().alias("used_cum"),
-            pl.col("idle_h").cum_sum().alias("idle_cum"),
-        )
-        .select(*keys, "m", "used_h", "idle_h", "used_cum", "idle_cum")
-        .collect()
+        .drop("run")
     )
     allocs = (
         pl.scan_parquet(folder / "allocations.parquet")
         .with_columns(
             pl.max_horizontal(pl.col("start_ts"), pl.lit(a)).alias("s"),
             pl.min_horizontal(pl.col("end_ts").fill_null(b), pl.lit(b)).alias("e"),
+            pl.max_horizontal(pl.col("start_ts"), pl.lit(lo)).alias("js"),
+            pl.min_horizontal(pl.col("end_ts").fill_null(hi), pl.lit(hi)).alias("je"),
         )
         .filter(
             (pl.col("start_ts") < b)
@@ -508,7 +505,9 @@ def polars_ledger(
         .sort(*keys, "t")
     )
     looked = ends.join_asof(
-        minutes.with_columns(pl.col("m").dt.cast_time_unit("ms")),
+        minutes.select(*keys, "m", "used_h", "used_cum").with_columns(
+            pl.col("m").dt.cast_time_unit("ms")
+        ),
         left_on="t",
         right_on="m",
         by=keys,
@@ -517,18 +516,29 @@ def polars_ledger(
     )
     frac = (pl.col("t") - pl.col("m")).dt.total_milliseconds() / 60_000
     in_minute = pl.col("m") == pl.col("t").dt.truncate("1m")
+    used_at = pl.when(in_minute).then(
+        pl.col("used_cum") - pl.col("used_h") + pl.col("used_h") * frac
+    ).otherwise(pl.col("used_cum")).fill_null(0.0) * pl.col("sign")
+    used = looked.group_by("alloc").agg(used_at.sum().alias("used"))
 
-    def at_end(h: str, cum: str) -> pl.Expr:
-        return pl.when(in_minute).then(pl.col(cum) - pl.col(h) + pl.col(h) * frac).otherwise(
-            pl.col(cum)
-        ).fill_null(0.0) * pl.col("sign")
+    def ms(x: pl.Expr) -> pl.Expr:
+        return x.dt.total_milliseconds().cast(pl.Float64)
 
-    per_alloc = looked.group_by("alloc").agg(
-        at_end("used_h", "used_cum").sum().alias("used"),
-        at_end("idle_h", "idle_cum").sum().alias("idle"),
+    cut = pl.min_horizontal("re", "je") - pl.max_horizontal("rs", "js")
+    inside = (pl.min_horizontal("re", "e") - pl.max_horizontal("rs", "s")).clip(
+        lower_bound=dt.timedelta(0)
+    )
+    idle = (
+        allocs.select(*keys, "alloc", "s", "e", "js", "je")
+        .join(runs.with_columns(pl.col("rs", "re").dt.cast_time_unit("ms")), on=keys)
+        .with_columns(pl.col("s", "e", "js", "je").dt.cast_time_unit("ms"))
+        .filter(ms(cut) >= min_idle_s * 1000)
+        .group_by("alloc")
+        .agg((ms(inside) / 3.6e6).sum().alias("idle"))
     )
     table = (
-        allocs.join(per_alloc, on="alloc", how="left")
+        allocs.join(used, on="alloc", how="left")
+        .join(idle, on="alloc", how="left")
         .group_by("tenant")
         .agg(
             (pl.col("fraction") * (pl.col("e") - pl.col("s")).dt.total_milliseconds() / 3.6e6)

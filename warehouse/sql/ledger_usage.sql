@@ -36,19 +36,23 @@ WITH
           AND start_ts < {b:DateTime64(3)}
           AND coalesce(end_ts, {b:DateTime64(3)}) > {a:DateTime64(3)}
     ),
-    -- which: 0 = s, 1 = e (where U and L are read), 2 = js, 3 = je (where runs are cut)
+    -- the interval's ends as points; which: bit 0 = s, 1 = e (where U and L are read), 2 = js,
+    -- 3 = je (where runs are cut). js and je differ from s and e only at the window's edges.
     points AS (
         SELECT cluster, gpu_uuid, mig_instance, id, p.1 AS t, p.2 AS which
         FROM allocs
-        ARRAY JOIN [(toUnixTimestamp64Milli(s), toUInt8(0)), (toUnixTimestamp64Milli(e), 1),
-                    (toUnixTimestamp64Milli(js), 2), (toUnixTimestamp64Milli(je), 3)] AS p
+        ARRAY JOIN arrayConcat(
+            [(toUnixTimestamp64Milli(s), toUInt8(if(js = s, 5, 1))),
+             (toUnixTimestamp64Milli(e), toUInt8(if(je = e, 10, 2)))],
+            if(js = s, [], [(toUnixTimestamp64Milli(js), toUInt8(4))]),
+            if(je = e, [], [(toUnixTimestamp64Milli(je), toUInt8(8))])) AS p
         WHERE gpu_uuid != '' AND e > s
     ),
     ends_by_hour AS (
-        SELECT cluster, gpu_uuid, mig_instance, toDateTime(intDiv(t, 3600000) * 3600, 'UTC') AS h,
+        SELECT cityHash64(cluster, gpu_uuid, mig_instance, toInt64(intDiv(t, 3600000))) AS hk,
                groupArray((t, id, which)) AS xs
-        FROM points WHERE which <= 1
-        GROUP BY cluster, gpu_uuid, mig_instance, h
+        FROM points WHERE bitAnd(which, 3) != 0
+        GROUP BY hk
     ),
     hourly AS (
         SELECT cluster, gpu_uuid, mig_instance, toInt64(toUnixTimestamp(h)) * 1000 AS h_ms,
@@ -61,9 +65,12 @@ WITH
                            arrayFilter((m, nm) -> nm != m + 1, lk,
                                        arrayPopFront(arrayPushBack(lk, 254))))) AS pieces,
                -- the used GPU-hours of the hour before each interval end in it
-               arrayMap(x -> (x.2, x.3, arraySum((m, v) -> v * least(1., greatest(0.,
-                                  (x.1 - h_ms - m * 60000) / 60000.)), k, u) / 60), xs) AS within
-        FROM hours LEFT JOIN ends_by_hour USING (cluster, gpu_uuid, mig_instance, h)
+               if(empty(xs), [], arrayMap(x -> (x.2, x.3, arraySum((m, v) -> v * least(1.,
+                   greatest(0., (x.1 - h_ms - m * 60000) / 60000.)), k, u) / 60), xs)) AS within
+        FROM (SELECT *, cityHash64(cluster, gpu_uuid, mig_instance,
+                                toInt64(intDiv(toUnixTimestamp(h), 3600)))
+                     AS hk FROM hours) AS hh
+        LEFT JOIN ends_by_hour USING (hk)
     ),
     per_gpu AS (
         SELECT cluster, gpu_uuid, mig_instance, groupArray((h_ms + 3600000, used)) AS hour_ends,
@@ -117,12 +124,12 @@ WITH
     ),
     per_alloc AS (
         SELECT cluster, gpu_uuid, mig_instance, id,
-               sumIf(used_h, which = 1) - sumIf(used_h, which = 0) AS used_h,
-               sumIf(long_ms, which = 1) - sumIf(long_ms, which = 0) AS long_ms,
-               maxIf(rs, which = 2) AS rs_j, maxIf(re, which = 2) AS re_j,
-               maxIf(lng, which = 2) AS lng_j,
-               maxIf(rs, which = 3) AS rs_k, maxIf(re, which = 3) AS re_k,
-               maxIf(lng, which = 3) AS lng_k
+               sumIf(used_h, bitTest(which, 1)) - sumIf(used_h, bitTest(which, 0)) AS used_h,
+               sumIf(long_ms, bitTest(which, 1)) - sumIf(long_ms, bitTest(which, 0)) AS long_ms,
+               maxIf(rs, bitTest(which, 2)) AS rs_j, maxIf(re, bitTest(which, 2)) AS re_j,
+               maxIf(lng, bitTest(which, 2)) AS lng_j,
+               maxIf(rs, bitTest(which, 3)) AS rs_k, maxIf(re, bitTest(which, 3)) AS re_k,
+               maxIf(lng, bitTest(which, 3)) AS lng_k
         FROM at_points
         GROUP BY cluster, gpu_uuid, mig_instance, id
     ),
@@ -153,4 +160,4 @@ SELECT cluster, pool, node, gpu_uuid, mig_instance, gpu_model, job_id, attempt, 
        if(gpu_uuid = '', NULL, toFloat64(fraction) * used_h) AS used_gpu_hours,
        if(gpu_uuid = '', NULL, toFloat64(fraction) * idle_ms / 3600000) AS idle_gpu_hours
 FROM judged
-SETTINGS join_use_nulls = 0
+SETTINGS join_use_nulls = 0{{settings}}

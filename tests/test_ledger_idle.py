@@ -4,14 +4,14 @@ Window 2026-11-02 00:00 → 06:00 UTC. Samples every 30 s from 23:00 the day bef
 all without a job label (NVML without the kubelet's pod mapping). idle: every sample under 5%,
 for at least 30 minutes of the job's own interval. Each job is its own tenant.
 
-  GPU  utilisation                        job  share  held                idle                 used
-  G1   0% all the time                    j1   1.0    01:00-01:20         0 (20 min < 30)      0
-                                          j2   1.0    01:20-03:00         100 min              0
-  G2   90%, but 0% 02:40-03:20            j3   0.5    00:00-06:00         40 min x .5 = 20     .9 x 320 min x .5
-                                          j4   0.5    03:00-06:00         0 (20 min inside)    .9 x 160 min x .5
-  G3   0% until 01:00, then 90%           j5   1.0    00:30:30-05:00      0 (29.5 min < 30)    .9 x 4 h
-  G4   0% all the time                    j6   1.0    23:50 (day before)  20 min (judged on    0
-                                                      -00:20              its 30 min)
+  GPU  utilisation               job  share  held               idle                used
+  G1   0% all the time           j1   1.0    01:00-01:20        0 (20 min < 30)     0
+                                 j2   1.0    01:20-03:00        100 min             0
+  G2   90%, 0% 02:40-03:20       j3   0.5    00:00-06:00        40 min x .5 = 20    .9x320 min x .5
+                                 j4   0.5    03:00-06:00        0 (20 min inside)   .9x160 min x .5
+  G3   0% until 01:00, then 90%  j5   1.0    00:30:30-05:00     0 (29.5 min < 30)   .9 x 4 h
+  G4   0% all the time           j6   1.0    23:50 (day before) 20 min (judged on   0
+                                             -00:20             its 30 min)
 
 The job labels would join j1's and j2's low minutes into one run (and j3's with j4's): the
 intervals keep them apart. Splitting the window at 02:00 splits j2's 100 minutes 40 + 60.

@@ -133,26 +133,32 @@ WITH
         FROM at_points
         GROUP BY cluster, gpu_uuid, mig_instance, id
     ),
+    -- (in steps: the engine copies an alias's expression wherever it is used)
     judged AS (
-        SELECT a.*, u.used_h AS used_h,
-               toUnixTimestamp64Milli(a.s) AS s_ms, toUnixTimestamp64Milli(a.e) AS e_ms,
-               toUnixTimestamp64Milli(a.js) AS js_ms, toUnixTimestamp64Milli(a.je) AS je_ms,
-               -- the runs that cross the judged span's start and end
-               u.rs_j < js_ms AND u.re_j > js_ms AS cross_j,
-               u.rs_k < je_ms AND u.re_k > je_ms AS cross_k,
-               cross_j AND cross_k AND u.rs_j = u.rs_k AS one_run,
-               if(cross_j, (toInt64(least(u.re_j, je_ms) - js_ms >= {min_idle_s:UInt32} * 1000)
-                            - u.lng_j)
-                           * greatest(0, least(u.re_j, e_ms) - greatest(u.rs_j, s_ms)), 0)
+        SELECT *,
+               if(cross_j, (toInt64(least(re_j, je_ms) - js_ms >= {min_idle_s:UInt32} * 1000)
+                            - lng_j) * greatest(0, least(re_j, e_ms) - greatest(rs_j, s_ms)), 0)
                + if(cross_k AND NOT one_run,
-                    (toInt64(je_ms - greatest(u.rs_k, js_ms) >= {min_idle_s:UInt32} * 1000)
-                     - u.lng_k) * greatest(0, least(u.re_k, e_ms) - greatest(u.rs_k, s_ms)), 0)
-               + u.long_ms AS idle_ms
-        FROM allocs AS a
-        LEFT JOIN per_alloc AS u
-            ON a.cluster = u.cluster AND a.gpu_uuid = u.gpu_uuid
-               AND a.mig_instance = u.mig_instance AND a.id = u.id
-        WHERE a.e > a.s
+                    (toInt64(je_ms - greatest(rs_k, js_ms) >= {min_idle_s:UInt32} * 1000)
+                     - lng_k) * greatest(0, least(re_k, e_ms) - greatest(rs_k, s_ms)), 0)
+               + long_ms AS idle_ms
+        FROM (
+            SELECT *, cross_j AND cross_k AND rs_j = rs_k AS one_run
+            FROM (
+                -- the runs that cross the judged span's start and end
+                SELECT *, rs_j < js_ms AND re_j > js_ms AS cross_j,
+                       rs_k < je_ms AND re_k > je_ms AS cross_k
+                FROM (
+                    SELECT *, toUnixTimestamp64Milli(s) AS s_ms,
+                           toUnixTimestamp64Milli(e) AS e_ms,
+                           toUnixTimestamp64Milli(js) AS js_ms,
+                           toUnixTimestamp64Milli(je) AS je_ms
+                    FROM allocs
+                    LEFT JOIN per_alloc USING (cluster, gpu_uuid, mig_instance, id)
+                    WHERE e > s
+                )
+            )
+        )
     )
 SELECT cluster, pool, node, gpu_uuid, mig_instance, gpu_model, job_id, attempt, tenant, org,
        project, user, queue, workload_type, end_event, fraction, s, e,

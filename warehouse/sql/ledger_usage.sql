@@ -114,7 +114,8 @@ WITH
                x.4 AS long_ms, x.5 AS rs, x.6 AS re, x.7 AS lng
         FROM timelines
         ARRAY JOIN arrayConcat(
-            arrayMap((x, u, r) -> (x.4, x.5, u, r.4 + r.3 * least(greatest(x.1 - r.1, 0), r.2 - r.1),
+            arrayMap((x, u, r) -> (x.4, x.5, u,
+                                   r.4 + r.3 * least(greatest(x.1 - r.1, 0), r.2 - r.1),
                                    r.1, r.2, r.3),
                      arrayFilter((x, f) -> f, ev, arrayMap(x -> x.2 = 2, ev)),
                      arrayFilter((u, f) -> f, used_before, arrayMap(x -> x.2 = 2, ev)),
@@ -133,7 +134,8 @@ WITH
         FROM at_points
         GROUP BY cluster, gpu_uuid, mig_instance, id
     ),
-    -- (in steps: the engine copies an alias's expression wherever it is used)
+    -- each interval's idle ms: L(e) - L(s), the runs crossing js and je judged by their part
+    -- inside [js, je) (in steps, each alias computed before the next one uses it)
     judged AS (
         SELECT *,
                if(cross_j, (toInt64(least(re_j, je_ms) - js_ms >= {min_idle_s:UInt32} * 1000)

@@ -9,12 +9,10 @@
 -- optimize_aggregation_in_order, which ledger.py sets for this source): a DateTime expression
 -- there makes the engine hash every sample instead, several times slower.
 SELECT cluster, gpu_uuid, mig_instance, h, arraySum(u) / 60 AS used, k, u, whole,
-       if(whole, [], arrayFilter((m, c, y) -> c > 0 AND y < {threshold:Float64}, k, uc, mx))
-           AS lk
+       if(whole, [], arrayFilter((m, y) -> y < {threshold:Float64}, k, mx)) AS lk
 FROM (
     SELECT cluster, gpu_uuid, mig_instance, toDateTime(hn * 3600, 'UTC') AS h,
            arrayFilter((m, c) -> c > 0, range(60), ucs) AS k,
-           arrayFilter((x, c) -> c > 0, ucs, ucs) AS uc,
            arrayFilter((x, c) -> c > 0, arrayMap((s, c) -> if(c > 0, s / c, 0.), sums, ucs), ucs)
                AS u,
            arrayFilter((x, c) -> c > 0, arrayMap(x -> coalesce(x, 0), mxs), ucs) AS mx,

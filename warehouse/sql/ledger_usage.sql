@@ -65,8 +65,8 @@ WITH
                            arrayFilter((m, nm) -> nm != m + 1, lk,
                                        arrayPopFront(arrayPushBack(lk, 254))))) AS pieces,
                -- the used GPU-hours of the hour before each interval end in it
-               if(empty(xs), [], arrayMap(x -> (x.2, x.3, arraySum((m, v) -> v * least(1.,
-                   greatest(0., (x.1 - h_ms - m * 60000) / 60000.)), k, u) / 60), xs)) AS within
+               arrayMap(x -> (x.2, x.3, arraySum((m, v) -> v * least(1., greatest(0.,
+                                  (x.1 - h_ms - m * 60000) / 60000.)), k, u) / 60), xs) AS within
         FROM (SELECT *, cityHash64(cluster, gpu_uuid, mig_instance,
                                 toInt64(intDiv(toUnixTimestamp(h), 3600)))
                      AS hk FROM hours) AS hh
@@ -135,32 +135,22 @@ WITH
         GROUP BY cluster, gpu_uuid, mig_instance, id
     ),
     -- each interval's idle ms: L(e) - L(s), the runs crossing js and je judged by their part
-    -- inside [js, je) (in steps, each alias computed before the next one uses it)
+    -- inside [js, je)
     judged AS (
-        SELECT *,
+        SELECT *, toUnixTimestamp64Milli(s) AS s_ms, toUnixTimestamp64Milli(e) AS e_ms,
+               toUnixTimestamp64Milli(js) AS js_ms, toUnixTimestamp64Milli(je) AS je_ms,
+               rs_j < js_ms AND re_j > js_ms AS cross_j,
+               rs_k < je_ms AND re_k > je_ms AS cross_k,
+               cross_j AND cross_k AND rs_j = rs_k AS one_run,
                if(cross_j, (toInt64(least(re_j, je_ms) - js_ms >= {min_idle_s:UInt32} * 1000)
                             - lng_j) * greatest(0, least(re_j, e_ms) - greatest(rs_j, s_ms)), 0)
                + if(cross_k AND NOT one_run,
                     (toInt64(je_ms - greatest(rs_k, js_ms) >= {min_idle_s:UInt32} * 1000)
                      - lng_k) * greatest(0, least(re_k, e_ms) - greatest(rs_k, s_ms)), 0)
                + long_ms AS idle_ms
-        FROM (
-            SELECT *, cross_j AND cross_k AND rs_j = rs_k AS one_run
-            FROM (
-                -- the runs that cross the judged span's start and end
-                SELECT *, rs_j < js_ms AND re_j > js_ms AS cross_j,
-                       rs_k < je_ms AND re_k > je_ms AS cross_k
-                FROM (
-                    SELECT *, toUnixTimestamp64Milli(s) AS s_ms,
-                           toUnixTimestamp64Milli(e) AS e_ms,
-                           toUnixTimestamp64Milli(js) AS js_ms,
-                           toUnixTimestamp64Milli(je) AS je_ms
-                    FROM allocs
-                    LEFT JOIN per_alloc USING (cluster, gpu_uuid, mig_instance, id)
-                    WHERE e > s
-                )
-            )
-        )
+        FROM allocs
+        LEFT JOIN per_alloc USING (cluster, gpu_uuid, mig_instance, id)
+        WHERE e > s
     )
 SELECT cluster, pool, node, gpu_uuid, mig_instance, gpu_model, job_id, attempt, tenant, org,
        project, user, queue, workload_type, end_event, fraction, s, e,

@@ -106,8 +106,16 @@ def rows(wh: Warehouse, start: dt.datetime = T0, end: dt.datetime = T6, **kw):  
     return {r.key: r for r in compute_ledger(wh, start, end, cluster="c1", **kw).rows}
 
 
+@pytest.mark.parametrize("materialized", [True, False], ids=["materialized-cte", "inlined-cte"])
 @pytest.mark.parametrize("source", ["rollup", "raw"])
-def test_runs_are_judged_within_each_jobs_interval(cluster: Warehouse, source: str) -> None:
+def test_runs_are_judged_within_each_jobs_interval(
+    cluster: Warehouse, source: str, materialized: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the embedded engine has materialized CTEs; a server without them gets the inlined query
+    assert cluster.has_setting("enable_materialized_cte")
+    assert not cluster.has_setting("no_such_setting_anywhere")
+    if not materialized:
+        monkeypatch.setattr(cluster, "has_setting", lambda name: False)
     got = rows(cluster, source=source)
     for tenant, (used, idle) in EXPECT.items():
         assert got[tenant].used_gpu_hours == pytest.approx(used, abs=1e-6), tenant  # float32

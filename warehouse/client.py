@@ -124,6 +124,17 @@ class Warehouse:
         self.database = database
         self.dsn = dsn
         self.embedded = urlsplit(dsn).scheme == "chdb"
+        self._settings_known: dict[str, bool] = {}
+
+    def has_setting(self, name: str) -> bool:
+        """Whether the engine knows the setting ``name`` (asked once per name, then cached):
+        lets a query use a newer engine's feature and still run on an older server."""
+        if name not in self._settings_known:
+            rows = self.rows(
+                "SELECT count() FROM system.settings WHERE name = {name:String}", {"name": name}
+            )
+            self._settings_known[name] = bool(rows[0][0])
+        return self._settings_known[name]
 
     # -- queries -------------------------------------------------------------------------------
     def command(

@@ -188,10 +188,15 @@ def usage_frame(
     if source not in ("rollup", "raw"):
         raise LedgerError(f"source {source!r} must be rollup or raw")
     margin = dt.timedelta(seconds=idle_min_duration_s + 60)
+    settings = _SOURCE_SETTINGS[source]
+    materialized = wh.has_setting("enable_materialized_cte")
+    if materialized:
+        settings += ", enable_materialized_cte = 1"
     text = (
         queries.sql("ledger_usage")
         .replace("{{minutes}}", queries.sql(f"ledger_minutes_{source}"))
-        .replace("{{settings}}", _SOURCE_SETTINGS[source])
+        .replace("{{materialized}}", "MATERIALIZED" if materialized else "")
+        .replace("{{settings}}", settings)
     )
     return wh.frame(
         text,

@@ -6,6 +6,7 @@
     gpuledger collect nvml|dcgm URL...|kubernetes|slurm [--once]
     gpuledger import alibaba-v2023|alibaba-v2025 ...
     gpuledger ledger --from YYYY-MM-DD --to YYYY-MM-DD [--by ...] [--idle-policy ...]
+    gpuledger seal [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--format table|json]
     gpuledger sql "SELECT ..." [--format table|csv|json]
     gpuledger quarantine list [--kind K] [--reason TEXT] [--since ISO] [--format ...]
     gpuledger quarantine replay [--kind K] [--reason TEXT] [--since ISO] [--dry-run]
@@ -34,6 +35,7 @@ from .commands import (
     cmd_import,
     cmd_ledger,
     cmd_queues,
+    cmd_seal,
     cmd_serve,
     cmd_sql,
     cmd_why,
@@ -144,7 +146,23 @@ def _parser() -> argparse.ArgumentParser:
         default="rollup",
         help="utilisation from the 1-minute rollup (default) or raw samples",
     )
+    led.add_argument(
+        "--no-seals",
+        action="store_true",
+        help="compute every day from the minutes, none from the days `gpuledger seal` kept",
+    )
     led.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
+    seal = sub.add_parser(
+        "seal",
+        parents=[common],
+        help="keep each finished day's ledger rows, so that reports over them read no minutes",
+    )
+    seal.add_argument(
+        "--since", help="first day to seal, YYYY-MM-DD (default: the first with data)"
+    )
+    seal.add_argument("--until", help="last day to seal, YYYY-MM-DD (default: the last finished)")
+    seal.add_argument("--format", choices=("table", "json"), default="table")
     led.add_argument(
         "--energy",
         action="store_true",
@@ -230,6 +248,7 @@ COMMANDS = {
     "why": cmd_why,
     "demo": cmd_demo,
     "ledger": cmd_ledger,
+    "seal": cmd_seal,
     "agent": cmd_agent,
     "collect": cmd_collect,
     "import": cmd_import,

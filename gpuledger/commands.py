@@ -145,6 +145,18 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     except (NvmlError, KubernetesError, SlurmError) as exc:
         wh.close()
         raise SettingsError(f"server.collectors: {exc}") from None
+    if settings.ledger.seal_interval_s:
+        from warehouse.analytics.seal import start_sealer
+
+        threads.append(
+            start_sealer(
+                wh,
+                stop,
+                interval_s=settings.ledger.seal_interval_s,
+                idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
+                idle_min_duration_s=settings.ledger.idle_min_duration_s,
+            )
+        )
     try:
         return _serve(wh, settings)
     finally:
@@ -233,6 +245,7 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
             idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
             idle_min_duration_s=settings.ledger.idle_min_duration_s,
             source=args.source,
+            sealed=not args.no_seals,
             currency=settings.ledger.currency,
         )
     except LedgerError as exc:
@@ -313,6 +326,44 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
                 [[r["key"], f"{r['energy_kwh']:.3f}", r["energy_cost"]] for r in e["rows"]],
                 "table",
             )
+        )
+    return 0
+
+
+def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
+    """Seal the ledger's finished days (see warehouse.analytics.seal)."""
+    from warehouse.analytics.seal import seal_days
+
+    from .app import open_warehouse
+
+    since = _day(args.since, "--since").date() if args.since else None
+    until = (_day(args.until, "--until") + dt.timedelta(days=1)).date() if args.until else None
+    wh = open_warehouse(settings)
+    report = seal_days(
+        wh,
+        idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
+        idle_min_duration_s=settings.ledger.idle_min_duration_s,
+        since=since,
+        until=until,
+    )
+    doc = {
+        "from": report.first_day.isoformat() if report.first_day else None,
+        "to": report.end_day.isoformat() if report.end_day else None,
+        "sealed": [d.isoformat() for d in report.sealed],
+        "still_sealed": report.still_sealed,
+        "usage_rows": report.usage_rows,
+    }
+    if args.format == "json":
+        print(json.dumps(doc, indent=1))
+    elif report.first_day is None:
+        print("nothing to seal: no finished day has samples or allocations")
+    else:
+        days = f"{len(report.sealed)} day(s)"
+        if report.sealed:
+            days += f" ({report.sealed[0]} to {report.sealed[-1]})"
+        print(
+            f"sealed {days} with {report.usage_rows} usage rows; {report.still_sealed} "
+            f"day(s) from {report.first_day} to {report.end_day} were sealed already"
         )
     return 0
 

@@ -87,6 +87,8 @@ class LedgerSettings:
     #: weighted | even | none
     idle_policy: str = "weighted"
     currency: str = "USD"
+    #: how often `serve` seals the finished days (`gpuledger seal`); 0: never (seal by hand)
+    seal_interval_s: int = 3600
 
     def validate(self) -> None:
         if not 0 <= self.idle_threshold_ratio <= 1:
@@ -96,6 +98,11 @@ class LedgerSettings:
             )
         if self.idle_min_duration_s < 0:
             raise SettingsError("ledger.idle_min_duration_s must not be negative")
+        if self.seal_interval_s < 0:
+            raise SettingsError(
+                f"ledger.seal_interval_s {self.seal_interval_s} must not be negative "
+                "(0 turns sealing in `serve` off)"
+            )
         if self.idle_policy not in ("weighted", "even", "none"):
             raise SettingsError(
                 f"ledger.idle_policy {self.idle_policy!r} is not one of weighted, even, none"

@@ -91,6 +91,22 @@ def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[
     assert sum(float(r["energy_cost"]) for r in energy["rows"]) == pytest.approx(
         float(energy["energy_cost"]), abs=0.001
     )
+    # sealing: yesterday (if the demo reached it and it has finished) is kept, once
+    sealed = json.loads(run("seal", "--format", "json").stdout)
+    assert all(d < last for d in sealed["sealed"])
+    again = run("seal")
+    assert again.returncode == 0
+    assert ("sealed 0 day(s)" in again.stdout) or again.stdout.startswith("nothing to seal")
+    one_day = [
+        json.loads(run("ledger", "--from", first, "--to", first, "--format", "json", *f).stdout)
+        for f in ((), ("--no-seals",))
+    ]
+    with_seals, without = ({r["key"]: r for r in d["rows"]} for d in one_day)
+    assert with_seals.keys() == without.keys()
+    for key, row in without.items():
+        for figure in ("allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours"):
+            assert with_seals[key][figure] == pytest.approx(row[figure], abs=1e-6), key
+    assert one_day[0]["totals"]["total_cost"] == one_day[1]["totals"]["total_cost"]
     q = json.loads(run("queues", "--from", first, "--to", last, "--format", "json").stdout)
     assert set(q) == {"wait_times", "outcomes", "top_reasons", "lost_gpu_hours"}
     assert all(w["p50_s"] <= w["p90_s"] <= w["p99_s"] for w in q["wait_times"])

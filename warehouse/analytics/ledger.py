@@ -179,14 +179,55 @@ def usage_frame(
     idle_threshold_ratio: float = 0.05,
     idle_min_duration_s: int = 1800,
     source: str = "rollup",
+    sealed: bool = True,
 ) -> pl.DataFrame:
     """Every allocation interval in [start, end) with allocated_gpu_ms, used and idle hours.
 
     ``source`` is ``rollup`` (the 1-minute rollup) or ``raw`` (the raw samples); both give
-    the same figures, the rollup faster.
+    the same figures, the rollup faster. With the rollup and ``sealed``, whole days sealed by
+    ``gpuledger seal`` whose data has not changed since are read as sealed (see
+    :mod:`warehouse.analytics.seal`; an interval then has a row per day), the rest live.
     """
     if source not in ("rollup", "raw"):
         raise LedgerError(f"source {source!r} must be rollup or raw")
+
+    def live(a: dt.datetime, b: dt.datetime) -> pl.DataFrame:
+        return live_usage_frame(
+            wh,
+            a,
+            b,
+            cluster=cluster,
+            idle_threshold_ratio=idle_threshold_ratio,
+            idle_min_duration_s=idle_min_duration_s,
+            source=source,
+        )
+
+    if source != "rollup" or not sealed:
+        return live(start, end)
+    from warehouse.analytics.seal import usage_with_seals
+
+    return usage_with_seals(
+        wh,
+        live,
+        start,
+        end,
+        cluster=cluster,
+        idle_threshold_ratio=idle_threshold_ratio,
+        idle_min_duration_s=idle_min_duration_s,
+    )
+
+
+def live_usage_frame(
+    wh: Warehouse,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    cluster: str = "",
+    idle_threshold_ratio: float = 0.05,
+    idle_min_duration_s: int = 1800,
+    source: str = "rollup",
+) -> pl.DataFrame:
+    """:func:`usage_frame` computed from the minutes or samples alone (no sealed days)."""
     margin = dt.timedelta(seconds=idle_min_duration_s + 60)
     settings = _SOURCE_SETTINGS[source]
     materialized = wh.has_setting("enable_materialized_cte")
@@ -444,9 +485,11 @@ def compute_ledger(
     idle_threshold_ratio: float = 0.05,
     idle_min_duration_s: int = 1800,
     source: str = "rollup",
+    sealed: bool = True,
     currency: str = "USD",
 ) -> Ledger:
-    """The ledger of [start, end), grouped ``by`` one of :data:`GROUPINGS`."""
+    """The ledger of [start, end), grouped ``by`` one of :data:`GROUPINGS` (``source`` and
+    ``sealed`` as for :func:`usage_frame`)."""
     if end <= start:
         raise LedgerError(
             f"the window is empty: --to {end:%Y-%m-%d} must be after --from {start:%Y-%m-%d}"
@@ -467,6 +510,7 @@ def compute_ledger(
         idle_threshold_ratio=idle_threshold_ratio,
         idle_min_duration_s=idle_min_duration_s,
         source=source,
+        sealed=sealed,
     )
     capacity = capacity_frame(wh, start, end, cluster=cluster)
     pairs = set(zip(usage["gpu_model"], usage["pool"], strict=True)) | set(

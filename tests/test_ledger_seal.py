@@ -1,0 +1,223 @@
+"""Sealed days: a finished day's usage rows are kept, read back instead of the minutes while its
+data stays the same, and computed live again once a late sample or job event changes it.
+
+Days D0, D1, D2 (UTC), samples every minute from D0 00:00 to D3 00:00. idle: every sample under
+5% for at least 30 minutes of the job's own interval. Each job is its own tenant.
+
+  GPU  utilisation               job  held                    used                 idle
+  G1   80%, 0% D0 22:00-D1 02:00  jA   D0 20:00 - D1 04:00     .8 x 4 h = 3.2       4 h (2 + 2)
+                                 jC   D1 12:00 - D1 12:20     .8 x 1/3 h           0
+  G2   50% all the time          jB   D0 10:00 - D2 12:00     .5 x 50 h = 25       0
+
+jA's idle run crosses midnight: D0's seal holds its first 2 hours, judged by the whole run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import polars as pl
+import pytest
+from conftest import recent
+
+from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
+from warehouse.analytics import seal
+from warehouse.analytics.ledger import compute_ledger, usage_frame
+from warehouse.client import Warehouse
+from warehouse.ingest import Ingestor
+
+D0 = recent(dt.datetime(2026, 11, 2, tzinfo=dt.UTC), margin=dt.timedelta(days=4))
+DAY = dt.timedelta(days=1)
+D1, D2, D3 = D0 + DAY, D0 + 2 * DAY, D0 + 3 * DAY
+
+
+def h(hours: float) -> dt.datetime:
+    return D0 + dt.timedelta(hours=hours)
+
+
+UTIL = {
+    "G1": lambda t: 0.0 if h(22) <= t < h(26) else 0.8,
+    "G2": lambda t: 0.5,
+}
+JOBS = {  # job: (GPU, start, end)
+    "jA": ("G1", h(20), h(28)),
+    "jB": ("G2", h(10), h(60)),
+    "jC": ("G1", h(36), h(36 + 20 / 60)),
+}
+EXPECT = {  # tenant: (allocated, used, idle) GPU-hours over [D0, D3)
+    "t-jA": (8.0, 3.2, 4.0),
+    "t-jB": (50.0, 25.0, 0.0),
+    "t-jC": (1 / 3, 0.8 / 3, 0.0),
+}
+
+
+def _samples(times: list[dt.datetime], util: float | None = None) -> pl.DataFrame:
+    nulls = (None,) * 9
+    rows = [
+        (t, "c1", "n1", g, i, "H100", "nvidia", "", "", u, *nulls, "", "", "", "", "t")
+        for i, (g, f) in enumerate(UTIL.items())
+        for t in times
+        for u in [f(t) if util is None else util]
+    ]
+    return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
+
+
+def _job(job: str, gpu: str, start: dt.datetime, end: dt.datetime) -> list[JobEvent]:
+    started = JobEvent(
+        start,
+        "c1",
+        job,
+        "started",
+        tenant=f"t-{job}",
+        pool="p1",
+        gpu_model="H100",
+        gpus_requested=1,
+        gpu_fraction=1.0,
+        node="n1",
+        gpu_uuids=(gpu,),
+    )
+    return [started, started._replace(ts=end, event="finished", started_at=start)]
+
+
+@pytest.fixture
+def ingest(wh: Warehouse) -> Ingestor:
+    ing = Ingestor(wh, 35, now=lambda: D3 + dt.timedelta(hours=2))
+    before = D0 - DAY
+    gpus = [GpuInventory(before, "c1", "p1", "n1", g, i, "H100") for i, g in enumerate(UTIL)]
+    assert ing.write_gpus(gpus).quarantined_total == 0
+    minutes = [D0 + dt.timedelta(minutes=k) for k in range(3 * 1440)]
+    assert ing.write_samples(_samples(minutes)).quarantined_total == 0
+    events = [e for job, (gpu, start, end) in JOBS.items() for e in _job(job, gpu, start, end)]
+    assert ing.write_job_events(events).quarantined_total == 0
+    ing.write_config(prices=[Price(before, "H100", "2.00")])
+    return ing
+
+
+def _seal(wh: Warehouse, **kw: float) -> seal.SealReport:
+    settings = {"idle_threshold_ratio": 0.05, "idle_min_duration_s": 1800, **kw}
+    return seal.seal_days(wh, since=D0.date(), until=D3.date(), **settings)  # type: ignore[arg-type]
+
+
+def _figures(wh: Warehouse, start: dt.datetime, end: dt.datetime, **kw: object) -> dict:  # type: ignore[type-arg]
+    ledger = compute_ledger(wh, start, end, cluster="c1", **kw)  # type: ignore[arg-type]
+    return {r.key: (r.allocated_gpu_hours, r.used_gpu_hours, r.idle_gpu_hours) for r in ledger.rows}
+
+
+def _same(got: dict, want: dict) -> None:  # type: ignore[type-arg]
+    assert got.keys() == want.keys()
+    for key, figures in want.items():
+        assert got[key] == pytest.approx(figures, abs=1e-6), key
+
+
+def test_sealed_days_give_the_hand_computed_figures(ingest: Ingestor) -> None:
+    wh = ingest.wh
+    report = _seal(wh)
+    assert report.sealed == (D0.date(), D1.date(), D2.date())
+    assert report.usage_rows == 2 + 3 + 1  # jA on D0 and D1, jB on all three, jC on D1
+    again = _seal(wh)
+    assert again.sealed == () and again.still_sealed == 3
+    _same(_figures(wh, D0, D3), EXPECT)
+    _same(_figures(wh, D0, D3, sealed=False), EXPECT)
+    # read from the seals: a row per interval and day, the days' rows adding up
+    rows = usage_frame(wh, D0, D3).filter(pl.col("job_id") == "jB").sort("s")
+    assert rows["s"].to_list() == [h(10), D1, D2] and rows["e"].to_list() == [D1, D2, h(60)]
+    assert usage_frame(wh, D0, D3, sealed=False).filter(pl.col("job_id") == "jB").height == 1
+    first = usage_frame(wh, D0, D1).filter(pl.col("job_id") == "jA")
+    assert first["idle_gpu_hours"].to_list() == [pytest.approx(2.0)]  # judged by its 4 hours
+
+
+def test_partial_days_at_the_edges_are_computed_live(
+    ingest: Ingestor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wh = ingest.wh
+    _seal(wh)
+    start = h(21)  # D0 21:00 to D3: D1 and D2 sealed, the head live
+    got = _figures(wh, start, D3)
+    _same(got, _figures(wh, start, D3, sealed=False))
+    assert got["t-jA"] == pytest.approx((7.0, 0.8 * 3, 4.0))
+    assert got["t-jB"] == pytest.approx((39.0, 19.5, 0.0))
+    jb = usage_frame(wh, start, D3).filter(pl.col("job_id") == "jB").sort("s")
+    assert jb["s"].to_list() == [start, D1, D2]  # live head, sealed D1 and D2
+    # edges on both sides: one live query is cheaper than two around a few sealed rows ...
+    end = h(51)  # D2 03:00
+    assert usage_frame(wh, start, end).filter(pl.col("job_id") == "jB").height == 1
+    # ... and where the sealed rows stand for more minutes, the edges are live and D1 sealed
+    monkeypatch.setattr(seal, "_LIVE_QUERY_ROWS", 0)
+    jb = usage_frame(wh, start, end).filter(pl.col("job_id") == "jB").sort("s")
+    assert jb["s"].to_list() == [start, D1, D2]
+    got = _figures(wh, start, end)
+    _same(got, _figures(wh, start, end, sealed=False))
+    assert got["t-jB"] == pytest.approx((30.0, 15.0, 0.0))
+
+
+def test_a_late_sample_puts_its_day_back_on_the_live_query(ingest: Ingestor) -> None:
+    wh = ingest.wh
+    _seal(wh)
+    # G1 at 90% in the middle of jC's 20 minutes, half a minute after the minute's sample
+    late = _samples([h(36 + 10 / 60) + dt.timedelta(seconds=30)], util=0.9)
+    assert ingest.write_samples(late.filter(pl.col("gpu_uuid") == "G1")).quarantined_total == 0
+    minute = (0.8 + 0.9) / 2 - 0.8  # that minute's mean utilisation rises by 0.05
+    want = {**EXPECT, "t-jC": (1 / 3, 0.8 / 3 + minute / 60, 0.0)}
+    _same(_figures(wh, D0, D3), want)
+    _same(_figures(wh, D0, D3, sealed=False), want)
+    report = _seal(wh)
+    assert report.sealed == (D1.date(),) and report.still_sealed == 2
+    _same(_figures(wh, D0, D3), want)
+    assert usage_frame(wh, D0, D3).filter(pl.col("job_id") == "jB").height == 3  # sealed again
+
+
+def test_a_late_job_event_puts_its_day_back_on_the_live_query(ingest: Ingestor) -> None:
+    wh = ingest.wh
+    _seal(wh)
+    assert ingest.write_job_events(_job("jD", "G1", h(50), h(52))).quarantined_total == 0
+    want = {**EXPECT, "t-jD": (2.0, 1.6, 0.0)}
+    _same(_figures(wh, D0, D3), want)
+    assert _seal(wh).sealed == (D2.date(),)
+    _same(_figures(wh, D0, D3), want)
+
+
+def test_seals_are_kept_per_idle_setting(ingest: Ingestor) -> None:
+    wh = ingest.wh
+    _seal(wh)
+    # at a 60% threshold G2's 50% is idle: not what the 5% seals hold
+    want = {"t-jA": (8.0, 3.2, 4.0), "t-jB": (50.0, 25.0, 50.0), "t-jC": (1 / 3, 0.8 / 3, 0.0)}
+    _same(_figures(wh, D0, D3, idle_threshold_ratio=0.6), want)
+    assert _seal(wh, idle_threshold_ratio=0.6).sealed == (D0.date(), D1.date(), D2.date())
+    _same(_figures(wh, D0, D3, idle_threshold_ratio=0.6), want)
+    _same(_figures(wh, D0, D3), EXPECT)
+
+
+def test_minutes_dropped_after_sealing_leave_the_sealed_figures(ingest: Ingestor) -> None:
+    wh = ingest.wh
+    _seal(wh)
+    # as retention drops old minutes: D0's go (and with them the margin of D1's query)
+    wh.command(
+        f"ALTER TABLE {wh.database}.gpu_minutes_1h DELETE WHERE ts < {{d1:DateTime}}",
+        {"d1": D1},
+        settings={"mutations_sync": 2},
+    )
+    _same(_figures(wh, D0, D3), EXPECT)
+    live = _figures(wh, D0, D3, sealed=False)
+    assert live["t-jB"][1] == pytest.approx(25.0 - 0.5 * 14)  # D0's 14 hours of jB are gone
+
+
+def test_the_sealer_thread_seals_the_finished_days_until_stopped(ingest: Ingestor) -> None:
+    wh, stop = ingest.wh, threading.Event()
+    settings = {"idle_threshold_ratio": 0.05, "idle_min_duration_s": 1800}
+    thread = seal.start_sealer(wh, stop, interval_s=0.2, first_after_s=0.0, **settings)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_sealed_days(wh)) < 3:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert _sealed_days(wh) == [D0.date(), D1.date(), D2.date()]  # each day once
+    assert _seal(wh).sealed == ()
+
+
+def _sealed_days(wh: Warehouse) -> list[dt.date]:
+    return [r[0] for r in wh.rows(f"SELECT day FROM {wh.database}.ledger_seals ORDER BY day")]

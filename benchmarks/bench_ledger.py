@@ -58,6 +58,7 @@ import polars as pl
 
 from collector.records import GpuInventory, JobEvent, Price, Tenant
 from warehouse.analytics.ledger import compute_ledger
+from warehouse.analytics.seal import seal_days
 from warehouse.client import Warehouse, connect
 from warehouse.ingest import Ingestor
 from warehouse.migrate import RenderOptions, migrate
@@ -776,7 +777,9 @@ def bench_prometheus(
     """The subset in Prometheus (PromQL) and in gpuledger: times, answers, their difference."""
     # One 486 h block holds the whole subset: promtool then parses the text twice, not per 2 h.
     block = 486 * 3600
+    # The subset starts at the first midnight in the block (a day's window, as the CLI asks).
     start = int((now - dt.timedelta(days=sc.prom_days + 1)).timestamp()) // block * block
+    start += -start % 86400
     cl = make_cluster(
         dt.datetime.fromtimestamp(start, dt.UTC),
         sc.prom_gpus,
@@ -885,6 +888,7 @@ def bench_prometheus(
                 cl.t0,
                 cl.t1,
                 source=source,
+                sealed=False,
                 idle_min_duration_s=0,
                 idle_threshold_ratio=THRESHOLD,
             )
@@ -895,6 +899,16 @@ def bench_prometheus(
             f"gpuledger on the subset ({source}, threshold only): {wall:.3f} s (CPU {cpu:.3f} s)",
             flush=True,
         )
+    ours["sealed"], sealed = bench_sealed(
+        wh,
+        cl.t0,
+        cl.t1,
+        {t: (v,) for t, v in idle["rollup"].items()},
+        slice(2, 3),
+        idle_min_duration_s=0,
+        idle_threshold_ratio=THRESHOLD,
+    )
+    idle["sealed"] = {k: v[2] for k, v in sealed.items()}
     truth_rows = wh.rows(
         _PROM_TRUTH_SQL,
         {"db": wh.database, "a": cl.t0, "b": cl.t1, "last": at, "step": step, "pct": 5},
@@ -908,6 +922,9 @@ def bench_prometheus(
             "promql_fastest": fastest,
             "promql_variants_max_abs_disagreement_gpu_hours": agree,
             "gpuledger": ours,
+            "ratio_promql_over_gpuledger_sealed": round(
+                timings[fastest]["wall_s"] / ours["sealed"]["wall_s"], 1
+            ),
             "ratio_promql_over_gpuledger_rollup": round(
                 timings[fastest]["wall_s"] / ours["rollup"]["wall_s"], 1
             ),
@@ -940,12 +957,52 @@ def bench_prometheus(
         f"{totals['gpuledger']:.2f}, exact from the samples {totals['exact_from_samples']:.2f}; "
         f"PromQL over by {out['promql_minus_exact_total']:.2f} (5-minute lookback predicts "
         f"{totals['predicted_lookback_excess']:.2f}); PromQL ({fastest}) / gpuledger: "
+        f"{out['ratio_promql_over_gpuledger_sealed']}x (sealed days), "
         f"{out['ratio_promql_over_gpuledger_rollup']}x (rollup), "
         f"{out['ratio_promql_over_gpuledger_raw']}x (raw)",
         flush=True,
     )
     wh.command("DROP DATABASE IF EXISTS {db:Identifier} SYNC", {"db": wh.database})
     return out
+
+
+def bench_sealed(
+    wh: Warehouse,
+    t0: dt.datetime,
+    t1: dt.datetime,
+    minutes: Mapping[str, tuple[float, ...]],
+    figures: slice = slice(None),
+    **idle: Any,
+) -> tuple[dict[str, Any], dict[str, tuple[float, float, float]]]:
+    """Seal the window's days (``gpuledger seal``), then time the ledger that reads them
+    (``compute_ledger`` as the CLI calls it); its answer (the per-tenant ``figures``) against
+    ``minutes`` (the minute rollup's)."""
+    settings = {"idle_threshold_ratio": 0.05, "idle_min_duration_s": 1800, **idle}
+    started, cpu0 = time.perf_counter(), time.process_time()
+    until = (t1 + dt.timedelta(days=1) - dt.timedelta(microseconds=1)).date()
+    report = seal_days(wh, since=t0.date(), until=until, **settings)
+    seal_s, seal_cpu = time.perf_counter() - started, time.process_time() - cpu0
+    ledger, wall, cpu = timed(functools.partial(compute_ledger, wh, t0, t1, **settings))
+    answer = per_tenant(ledger.rows)
+    out = {
+        "seal_s": round(seal_s, 1),
+        "seal_cpu_s": round(seal_cpu, 1),
+        "days_sealed": len(report.sealed),
+        "sealed_usage_rows": report.usage_rows,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "max_abs_diff_gpu_hours_vs_rollup": max_diff(
+            {t: v[figures] for t, v in answer.items()}, minutes
+        ),
+    }
+    print(
+        f"gpuledger ledger from sealed days: {wall:.3f} s (CPU {cpu:.3f} s; median of 3 warm "
+        f"runs), after `gpuledger seal` sealed {len(report.sealed)} days "
+        f"({report.usage_rows:,} usage rows) in {seal_s:.1f} s; largest difference from the "
+        f"rollup's figures {out['max_abs_diff_gpu_hours_vs_rollup']:.2e} GPU-hours",
+        flush=True,
+    )
+    return out, answer
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -978,7 +1035,7 @@ def bench_gpuledger(
     answers: dict[str, dict[str, tuple[float, float, float]]] = {}
     for source in ("rollup", "raw"):
         ledger, wall, cpu = timed(
-            functools.partial(compute_ledger, wh, cl.t0, cl.t1, source=source)
+            functools.partial(compute_ledger, wh, cl.t0, cl.t1, source=source, sealed=False)
         )
         answers[source] = per_tenant(ledger.rows)
         t = ledger.totals
@@ -996,6 +1053,7 @@ def bench_gpuledger(
             flush=True,
         )
     out["raw_vs_rollup_max_abs_gpu_hours"] = max_diff(answers["raw"], answers["rollup"])
+    out["sealed"], answers["sealed"] = bench_sealed(wh, cl.t0, cl.t1, answers["rollup"])
     if with_polars:
         out["polars"] = export_parquet(wh, folder)
         theirs, wall, cpu = timed(functools.partial(polars_ledger, folder, cl.t0, cl.t1))
@@ -1005,6 +1063,7 @@ def bench_gpuledger(
                 "cpu_s": round(cpu, 3),
                 "max_abs_diff_gpu_hours_vs_gpuledger": max_diff(theirs, answers["rollup"]),
                 "ratio_polars_over_rollup": round(wall / out["rollup"]["wall_s"], 1),
+                "ratio_polars_over_sealed": round(wall / out["sealed"]["wall_s"], 1),
                 "ratio_polars_over_raw": round(wall / out["raw"]["wall_s"], 2),
             }
         )
@@ -1014,7 +1073,8 @@ def bench_gpuledger(
         print(
             f"polars (scan_parquet, {p['samples_parquet_bytes'] / 1e9:.2f} GB Parquet, "
             f"exported in {p['export_s']} s): {wall:.3f} s (CPU {cpu:.3f} s); polars' time / "
-            f"gpuledger's: {p['ratio_polars_over_rollup']}x (rollup), "
+            f"gpuledger's: {p['ratio_polars_over_sealed']}x (sealed days), "
+            f"{p['ratio_polars_over_rollup']}x (rollup), "
             f"{p['ratio_polars_over_raw']}x (raw); largest difference in any tenant's "
             f"figure {p['max_abs_diff_gpu_hours_vs_gpuledger']:.2e} GPU-hours",
             flush=True,

@@ -152,6 +152,11 @@ def _parser() -> argparse.ArgumentParser:
         help="compute every day from the minutes, none from the days `gpuledger seal` kept",
     )
     led.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    led.add_argument(
+        "--energy",
+        action="store_true",
+        help="also the energy used and its cost (price book resource energy_kwh)",
+    )
 
     seal = sub.add_parser(
         "seal",
@@ -163,11 +168,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     seal.add_argument("--until", help="last day to seal, YYYY-MM-DD (default: the last finished)")
     seal.add_argument("--format", choices=("table", "json"), default="table")
-    led.add_argument(
-        "--energy",
-        action="store_true",
-        help="also the energy used and its cost (price book resource energy_kwh)",
-    )
 
     why = sub.add_parser("why", parents=[common], help="explain a number, with numbers")
     whys = why.add_subparsers(dest="what", required=True, metavar="WHAT")

@@ -17,10 +17,14 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from decimal import Decimal
+from unittest import mock
 
 import polars as pl
 import pytest
 from conftest import recent
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
 from warehouse.analytics import seal
@@ -221,3 +225,44 @@ def test_the_sealer_thread_seals_the_finished_days_until_stopped(ingest: Ingesto
 
 def _sealed_days(wh: Warehouse) -> list[dt.date]:
     return [r[0] for r in wh.rows(f"SELECT day FROM {wh.database}.ledger_seals ORDER BY day")]
+
+
+@settings(
+    max_examples=3,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(seed=st.integers(0, 10_000), start_h=st.integers(0, 47), hours=st.integers(1, 54))
+def test_sealed_days_change_no_figure_of_a_random_cluster(
+    wh: Warehouse, seed: int, start_h: int, hours: int
+) -> None:
+    """A simulated cluster (2 days of 8 GPUs, through ingest), sealed: any window's ledger is
+    the one computed from the minutes alone, edges at any hour (each example its own
+    cluster, in one database)."""
+    from gpuledger.demo import DemoRun
+    from gpuledger.settings import load_settings
+
+    cluster = f"sealed-{seed}"
+    cfg = load_settings(
+        env={},
+        overrides={
+            "simulator": {"days": 2, "gpus": 8, "seed": seed, "cluster": cluster},
+            "warehouse": {"database": wh.database},
+        },
+    )
+    now = recent(dt.datetime(2026, 11, 20, 6, tzinfo=dt.UTC))
+    DemoRun.start(wh, cfg, now=now)
+    report = seal.seal_days(wh, idle_threshold_ratio=0.05, idle_min_duration_s=1800)
+    assert report.sealed or report.still_sealed
+    start = now.replace(hour=0) - 2 * DAY + dt.timedelta(hours=start_h)
+    end = min(start + dt.timedelta(hours=hours), now)
+    with mock.patch.object(seal, "_LIVE_QUERY_ROWS", 0):  # edges live around any sealed day
+        ledgers = [compute_ledger(wh, start, end, cluster=cluster, sealed=s) for s in (True, False)]
+    sealed, live = ({r.key: r for r in ledger.rows} for ledger in ledgers)
+    assert sealed.keys() == live.keys()
+    for key, row in live.items():
+        got = sealed[key]
+        for figure in ("allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours"):
+            assert getattr(got, figure) == pytest.approx(getattr(row, figure), abs=1e-6), key
+        assert abs(got.total_cost - row.total_cost) <= Decimal("0.01"), key
+    assert ledgers[0].totals.capacity_cost == ledgers[1].totals.capacity_cost

@@ -1,7 +1,7 @@
 -- The usage rows of the sealed days (see ledger_seals): per allocation interval and day, what
 -- sql/ledger_usage.sql returns for the window [day, day + 1), under the seal that wrote them.
 -- Rows of a seal that a later one replaced are never read (readers ask for the seal_id of the
--- latest seal) and are deleted when the day is sealed again.
+-- latest seal); they stay, skipped by the sorting key, until their month's partition is dropped.
 CREATE TABLE IF NOT EXISTS ${db}.ledger_days${local} ${on_cluster}
 (
     day Date,

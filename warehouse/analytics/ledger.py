@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_FLOOR, Decimal
@@ -165,6 +166,12 @@ def until_now(end: dt.datetime) -> dt.datetime:
     return min(end, dt.datetime.now(dt.UTC))
 
 
+def usage_margin(idle_min_duration_s: int) -> dt.timedelta:
+    """How far around a window the usage query reads minutes (ledger_usage.sql's lo and hi):
+    enough to judge an idle run crossing the window's edge."""
+    return dt.timedelta(seconds=idle_min_duration_s + 60)
+
+
 #: Settings per source, appended to the query's own: raw samples are grouped GPU by GPU in the
 #: table's order (the rollup's rows are few enough that the engine's default is faster there).
 _SOURCE_SETTINGS = {"rollup": "", "raw": ", optimize_aggregation_in_order = 1"}
@@ -191,17 +198,14 @@ def usage_frame(
     if source not in ("rollup", "raw"):
         raise LedgerError(f"source {source!r} must be rollup or raw")
 
-    def live(a: dt.datetime, b: dt.datetime) -> pl.DataFrame:
-        return live_usage_frame(
-            wh,
-            a,
-            b,
-            cluster=cluster,
-            idle_threshold_ratio=idle_threshold_ratio,
-            idle_min_duration_s=idle_min_duration_s,
-            source=source,
-        )
-
+    live = functools.partial(
+        live_usage_frame,
+        wh,
+        cluster=cluster,
+        idle_threshold_ratio=idle_threshold_ratio,
+        idle_min_duration_s=idle_min_duration_s,
+        source=source,
+    )
     if source != "rollup" or not sealed:
         return live(start, end)
     from warehouse.analytics.seal import usage_with_seals
@@ -228,7 +232,7 @@ def live_usage_frame(
     source: str = "rollup",
 ) -> pl.DataFrame:
     """:func:`usage_frame` computed from the minutes or samples alone (no sealed days)."""
-    margin = dt.timedelta(seconds=idle_min_duration_s + 60)
+    margin = usage_margin(idle_min_duration_s)
     settings = _SOURCE_SETTINGS[source]
     materialized = wh.has_setting("enable_materialized_cte")
     if materialized:

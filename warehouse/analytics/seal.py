@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import secrets
 import threading
@@ -29,6 +30,7 @@ from collections.abc import Callable
 import polars as pl
 
 from warehouse import queries
+from warehouse.analytics.ledger import live_usage_frame, until_now, usage_margin
 from warehouse.client import Warehouse, WarehouseError
 
 log = logging.getLogger(__name__)
@@ -71,11 +73,6 @@ class SealReport:
     usage_rows: int
 
 
-def margin(idle_min_duration_s: int) -> dt.timedelta:
-    """How far around a window the usage query reads minutes (ledger_usage.sql's lo and hi)."""
-    return dt.timedelta(seconds=idle_min_duration_s + 60)
-
-
 def day_number(t: dt.datetime) -> int:
     """Days since 1970-01-01 UTC of the day holding ``t``."""
     return (t - _EPOCH) // _DAY
@@ -94,7 +91,7 @@ def fingerprints(
         "ledger_day_fingerprints",
         d0=d0,
         d1=d1,
-        margin_ms=int(margin(idle_min_duration_s) / dt.timedelta(milliseconds=1)),
+        margin_ms=int(usage_margin(idle_min_duration_s) / dt.timedelta(milliseconds=1)),
     )
     return {
         int(d): (int(s), int(a))
@@ -152,19 +149,14 @@ def seal_days(
     ``idle_min_duration_s + 60`` s after midnight); ``since`` defaults to the first day with
     samples or allocations. Re-running it seals only the days that changed.
     """
-    from warehouse.analytics.ledger import live_usage_frame
-
-    def live(a: dt.datetime, b: dt.datetime) -> pl.DataFrame:
-        return live_usage_frame(
-            wh,
-            a,
-            b,
-            idle_threshold_ratio=idle_threshold_ratio,
-            idle_min_duration_s=idle_min_duration_s,
-        )
-
+    live = functools.partial(
+        live_usage_frame,
+        wh,
+        idle_threshold_ratio=idle_threshold_ratio,
+        idle_min_duration_s=idle_min_duration_s,
+    )
     now = now or dt.datetime.now(dt.UTC)
-    last = day_number(now - margin(idle_min_duration_s))
+    last = day_number(now - usage_margin(idle_min_duration_s))
     d1 = min(last, day_number(_midnight(until))) if until else last
     d0 = day_number(_midnight(since)) if since else _first_day(wh)
     if d0 is None or d1 <= d0:
@@ -265,7 +257,7 @@ def usage_with_seals(
     holds), so at most two live queries remain, before and after it."""
     d0 = day_number(start - dt.timedelta(milliseconds=1)) + 1  # first midnight >= start
     # the last midnight at or before the end, or before now: days to come are not sealed yet
-    d1 = day_number(min(end, dt.datetime.now(dt.UTC)))
+    d1 = day_number(until_now(end))
     if d1 <= d0:
         return live(start, end)
     sealed = seals(wh, d0, d1, idle_threshold_ratio, idle_min_duration_s)

@@ -1,3 +1,6 @@
+import datetime as dt
+import itertools
+
 import pytest
 
 from warehouse.client import Warehouse
@@ -33,6 +36,7 @@ TABLES = {
     "gpu_processes",
     "gpu_health",
 }
+_old = itertools.count()
 KEY_COLUMNS = {"cluster", "pool", "node", "gpu_uuid", "gpu_model", "job_id", "tenant"}
 
 
@@ -179,3 +183,38 @@ def test_changed_retention_is_applied_to_the_tables(wh: Warehouse) -> None:
         "gpu_health",
         "gpu_samples_1h",
     ]
+
+
+def test_sample_timestamps_written_before_the_delta_codec_read_the_same(engine: Warehouse) -> None:
+    """Migration 33 changes the codec of ``ts`` (a sorting-key column) on a table with rows."""
+    by_name = {m.name: m for m in load_migrations()}
+    database = f"old{next(_old)}"
+    engine.command(f"CREATE DATABASE {database}")
+    try:
+        old = Warehouse(engine.client, database, engine.dsn)
+        (create,) = render(by_name["gpu_samples"], RenderOptions(database=database))
+        old.command(create)
+        insert = (
+            "INSERT INTO {db:Identifier}.gpu_samples (ts, cluster, gpu_uuid, gpu_util_ratio) "
+            "SELECT fromUnixTimestamp64Milli(toInt64({t0:Int64} + number * 10000 + number % 7)), "
+            "'c', 'GPU-1', number / 100 FROM numbers(100)"
+        )
+        yesterday = (dt.datetime.now(dt.UTC) - dt.timedelta(days=1)).replace(microsecond=0)
+        params = {"db": database, "t0": int(yesterday.timestamp()) * 1000}  # inside the TTL
+        old.command(insert, params)
+        read = "SELECT ts, util_ratio FROM {db:Identifier}.gpu_samples ORDER BY ts"
+        before = old.rows(read, {"db": database})
+        (alter,) = render(by_name["gpu_samples_ts_codec"], RenderOptions(database=database))
+        old.command(alter)
+        old.command("OPTIMIZE TABLE {db:Identifier}.gpu_samples FINAL", {"db": database})
+        old.command(insert, params)  # a part written with the new codec
+        codec = old.rows(
+            "SELECT compression_codec FROM system.columns WHERE database = {db:String} "
+            "AND table = 'gpu_samples' AND name = 'ts'",
+            {"db": database},
+        )
+        assert codec == [("CODEC(Delta(8), ZSTD(1))",)]
+        after = old.rows(read, {"db": database})
+        assert len(before) == 100 and after == sorted(before + before)
+    finally:
+        engine.command(f"DROP DATABASE IF EXISTS {database} SYNC")

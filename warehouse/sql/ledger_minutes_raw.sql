@@ -1,37 +1,47 @@
 -- Per GPU (or MIG instance) and every hour overlapping [lo, hi), straight from the raw samples:
 -- the same rows as ledger_minutes_rollup.sql (see there), computed without the rollups, except
 -- that k lists only the minutes with a utilisation sample (the others add nothing to used, and
--- are never low).
+-- are never low), and that an hour whose samples carry no utilisation has no row (it would
+-- add nothing either).
 --
--- One pass grouped by GPU and hour, with one bucket per minute of the hour (sumResample), so no
--- sample is sorted or kept in an array. Each sample adds, to its minute's bucket, its
--- utilisation ratio (0-1, checked at ingest) + 4096 + 2^24 if it is at or over {threshold}: a
--- bucket then holds the utilisation sum (its part under 4096), the utilisation samples
--- (floor(x / 4096) mod 4096) and how many were not low (floor(x / 2^24)), exact for up to 4,095
--- samples a minute (68 Hz). One aggregate instead of a sum, a count and a maximum buckets the
--- samples 1.5x faster (measured on 41 M samples); the sum is rounded at 2^-26 of its magnitude (about 1e-8, against the 6e-8 of a
--- float32 sample). Samples without utilisation add nothing.
--- The hour and the minute are plain numbers from the millisecond timestamp: grouped in the
+-- One pass grouped by GPU and day, with one bucket per minute of the day (sumResample), so no
+-- sample is sorted or kept in an array; each day's 1,440 buckets are then cut into its hours.
+-- Each sample adds, to its minute's bucket, its utilisation ratio (0-1, checked at ingest) +
+-- 4096 + 2^24 if it is at or over {threshold}: a bucket then holds the utilisation sum (its
+-- part under 4096), the utilisation samples (floor(x / 4096) mod 4096) and how many were not
+-- low (floor(x / 2^24)), exact for up to 4,095 samples a minute (68 Hz). One aggregate instead
+-- of a sum, a count and a maximum buckets the samples 1.5x faster (measured on 41 M samples);
+-- the sum is rounded at 2^-26 of its magnitude (about 1e-8, against the 6e-8 of a float32
+-- sample). Samples without utilisation add nothing.
+-- Measured on 265 M samples (1,024 GPUs x 30 days at 10 s), in CPU seconds:
+--   - grouping by day rather than by hour saves 2.4 (the engine pays per group), of which
+--     cutting the days into hours takes back 0.8;
+--   - the bucket key is the millisecond of the day, which sumResample divides into minutes
+--     itself: a minute number computed beforehand cost more (0.4 s on 41 M samples).
+-- The day and the millisecond are plain numbers from the millisecond timestamp: grouped in the
 -- table's order, GPU by GPU, with optimize_aggregation_in_order (which ledger.py sets for this
--- source); a DateTime hour there makes the engine hash every sample instead, several times
--- slower, and toMinute() costs a time-zone lookup per sample.
+-- source); a DateTime there makes the engine hash every sample instead, several times slower,
+-- and toMinute() costs a time-zone lookup per sample.
 SELECT cluster, gpu_uuid, mig_instance, h, arraySum(u) / 60 AS used, k, u, whole,
        if(whole, [], arrayFilter((m, x) -> x < 16777216, k, xs)) AS lk
 FROM (
-    SELECT cluster, gpu_uuid, mig_instance, toDateTime(hn * 3600, 'UTC') AS h,
+    SELECT cluster, gpu_uuid, mig_instance, toDateTime((dn * 24 + hour_of_day) * 3600, 'UTC') AS h,
            arrayFilter((m, x) -> x > 0, range(60), buckets) AS k,
            arrayFilter(x -> x > 0, buckets) AS xs,
            arrayMap(x -> (x - 4096 * floor(x / 4096)) / (floor(x / 4096) % 4096), xs) AS u,
            length(k) = 60 AND arrayAll(x -> x < 16777216, xs) AS whole
     FROM (
-        SELECT cluster, gpu_uuid, mig_instance, intDiv(toUnixTimestamp64Milli(ts), 3600000) AS hn,
-               sumResample(0, 60, 1)(
+        SELECT cluster, gpu_uuid, mig_instance, intDiv(toUnixTimestamp64Milli(ts), 86400000) AS dn,
+               sumResample(0, 86400000, 60000)(
                    toFloat64(util_ratio) + 4096 + 16777216 * (util_ratio >= {threshold:Float64}),
-                   toUInt8(intDiv(toUnixTimestamp64Milli(ts), 60000) % 60)) AS buckets
+                   toUInt32(toUnixTimestamp64Milli(ts) % 86400000)) AS minutes
         FROM {db:Identifier}.gpu_samples
         WHERE (cluster = {cluster:String} OR {cluster:String} = '')
           AND ts >= toStartOfHour({lo:DateTime64(3)})
           AND ts < toStartOfHour({hi:DateTime64(3)} - INTERVAL 1 MILLISECOND) + INTERVAL 1 HOUR
-        GROUP BY cluster, gpu_uuid, mig_instance, hn
+        GROUP BY cluster, gpu_uuid, mig_instance, dn
     )
+    ARRAY JOIN arraySplit((x, i) -> i % 60 = 0, minutes, range(1440)) AS buckets,
+               range(24) AS hour_of_day
+    WHERE arraySum(buckets) > 0
 )

@@ -100,6 +100,24 @@ def recent(anchor: dt.datetime, margin: dt.timedelta = dt.timedelta(days=2)) -> 
     return anchor + max(0, (latest - anchor) // week) * week
 
 
+def simulate(
+    wh: Warehouse, *, cluster: str, days: float, gpus: int, seed: int, now: dt.datetime
+) -> None:
+    """Write a simulated cluster (``collector/simulator.py``) into ``wh`` through ingest, as
+    ``gpuledger demo`` does, ending at ``now``."""
+    from gpuledger.demo import DemoRun
+    from gpuledger.settings import load_settings
+
+    cfg = load_settings(
+        env={},
+        overrides={
+            "simulator": {"days": days, "gpus": gpus, "seed": seed, "cluster": cluster},
+            "warehouse": {"database": wh.database},
+        },
+    )
+    DemoRun.start(wh, cfg, now=now)
+
+
 #: When :func:`give_inventory` says the GPUs appeared: before any test's data.
 INVENTORY_SINCE = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
 

@@ -44,10 +44,9 @@ import json
 
 import polars as pl
 import pytest
+from conftest import simulate
 
 from collector.records import GpuInventory, GpuSample, JobEvent, NodeInventory, Quota
-from gpuledger.demo import DemoRun
-from gpuledger.settings import load_settings
 from warehouse.analytics import explain as ex
 from warehouse.analytics import fragmentation as fr
 from warehouse.analytics import queues as qu
@@ -428,14 +427,7 @@ def test_explanations_render_as_json(cluster: Warehouse) -> None:
 # -- a simulated cluster: invariants ------------------------------------------------------------
 def test_simulated_cluster_invariants(wh: Warehouse) -> None:
     now = recent(dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC))
-    settings = load_settings(
-        env={},
-        overrides={
-            "simulator": {"days": 1, "gpus": 16, "seed": 3, "cluster": "sim"},
-            "warehouse": {"database": wh.database},
-        },
-    )
-    DemoRun.start(wh, settings, now=now)
+    simulate(wh, cluster="sim", days=1, gpus=16, seed=3, now=now)
     start = now - D
 
     report = fr.fragmentation_at(wh, "sim", now)

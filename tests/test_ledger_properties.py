@@ -6,7 +6,7 @@ import datetime as dt
 from decimal import Decimal
 
 import polars as pl
-from conftest import recent
+from conftest import recent, simulate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -127,20 +127,11 @@ def test_rounding_conserves_the_rounded_total(amounts: dict[str, Decimal]) -> No
 def test_no_gpu_is_ever_more_than_fully_allocated(wh, seed: int) -> None:  # type: ignore[no-untyped-def]
     """A random simulated cluster, through ingest and the SQL interval derivation: at every
     instant the shares held on each GPU add up to at most 1, and the ledger conserves."""
-    from gpuledger.demo import DemoRun
-    from gpuledger.settings import load_settings
     from warehouse.analytics.ledger import compute_ledger
 
     cluster = f"rand-{seed}"
-    cfg = load_settings(
-        env={},
-        overrides={
-            "simulator": {"days": 0.5, "gpus": 16, "seed": seed, "cluster": cluster},
-            "warehouse": {"database": wh.database},
-        },
-    )
     now = recent(dt.datetime(2026, 11, 20, tzinfo=dt.UTC))
-    DemoRun.start(wh, cfg, now=now)
+    simulate(wh, cluster=cluster, days=0.5, gpus=16, seed=seed, now=now)
     peak = wh.rows(
         f"SELECT max(held) FROM (SELECT sum(delta) OVER (PARTITION BY gpu_uuid, mig_instance "
         f"ORDER BY t, delta ROWS UNBOUNDED PRECEDING) AS held FROM ("

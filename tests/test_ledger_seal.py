@@ -22,7 +22,7 @@ from unittest import mock
 
 import polars as pl
 import pytest
-from conftest import recent
+from conftest import recent, simulate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -239,19 +239,9 @@ def test_sealed_days_change_no_figure_of_a_random_cluster(
     """A simulated cluster (2 days of 8 GPUs, through ingest), sealed: any window's ledger is
     the one computed from the minutes alone, edges at any hour (each example its own
     cluster, in one database)."""
-    from gpuledger.demo import DemoRun
-    from gpuledger.settings import load_settings
-
     cluster = f"sealed-{seed}"
-    cfg = load_settings(
-        env={},
-        overrides={
-            "simulator": {"days": 2, "gpus": 8, "seed": seed, "cluster": cluster},
-            "warehouse": {"database": wh.database},
-        },
-    )
     now = recent(dt.datetime(2026, 11, 20, 6, tzinfo=dt.UTC))
-    DemoRun.start(wh, cfg, now=now)
+    simulate(wh, cluster=cluster, days=2, gpus=8, seed=seed, now=now)
     report = seal.seal_days(wh, idle_threshold_ratio=0.05, idle_min_duration_s=1800)
     assert report.sealed or report.still_sealed
     start = now.replace(hour=0) - 2 * DAY + dt.timedelta(hours=start_h)

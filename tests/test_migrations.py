@@ -185,8 +185,19 @@ def test_changed_retention_is_applied_to_the_tables(wh: Warehouse) -> None:
     ]
 
 
-def test_sample_timestamps_written_before_the_delta_codec_read_the_same(engine: Warehouse) -> None:
-    """Migration 33 changes the codec of ``ts`` (a sorting-key column) on a table with rows."""
+@pytest.mark.parametrize(
+    ("migration", "column", "codec"),
+    [
+        ("gpu_samples_ts_codec", "ts", "CODEC(Delta(8), ZSTD(1))"),
+        ("gpu_samples_util_codec", "util_ratio", "CODEC(LZ4HC(2))"),
+    ],
+)
+def test_samples_written_before_a_codec_change_read_the_same(
+    engine: Warehouse, migration: str, column: str, codec: str
+) -> None:
+    """Migrations 33 and 34 change the codec of ``ts`` (a sorting-key column) and of
+    ``util_ratio`` (a materialised column) on a table with rows: the rows read back unchanged
+    after a merge, and rows inserted afterwards still get their utilisation computed."""
     by_name = {m.name: m for m in load_migrations()}
     database = f"old{next(_old)}"
     engine.command(f"CREATE DATABASE {database}")
@@ -195,26 +206,29 @@ def test_sample_timestamps_written_before_the_delta_codec_read_the_same(engine: 
         (create,) = render(by_name["gpu_samples"], RenderOptions(database=database))
         old.command(create)
         insert = (
-            "INSERT INTO {db:Identifier}.gpu_samples (ts, cluster, gpu_uuid, gpu_util_ratio) "
+            "INSERT INTO {db:Identifier}.gpu_samples "
+            "(ts, cluster, gpu_uuid, gpu_util_ratio, gr_engine_active_ratio) "
             "SELECT fromUnixTimestamp64Milli(toInt64({t0:Int64} + number * 10000 + number % 7)), "
-            "'c', 'GPU-1', number / 100 FROM numbers(100)"
+            "'c', 'GPU-1', number / 100, if(number % 3 = 0, NULL, number / 200) FROM numbers(100)"
         )
         yesterday = (dt.datetime.now(dt.UTC) - dt.timedelta(days=1)).replace(microsecond=0)
         params = {"db": database, "t0": int(yesterday.timestamp()) * 1000}  # inside the TTL
         old.command(insert, params)
         read = "SELECT ts, util_ratio FROM {db:Identifier}.gpu_samples ORDER BY ts"
         before = old.rows(read, {"db": database})
-        (alter,) = render(by_name["gpu_samples_ts_codec"], RenderOptions(database=database))
+        (alter,) = render(by_name[migration], RenderOptions(database=database))
         old.command(alter)
         old.command("OPTIMIZE TABLE {db:Identifier}.gpu_samples FINAL", {"db": database})
         old.command(insert, params)  # a part written with the new codec
-        codec = old.rows(
-            "SELECT compression_codec FROM system.columns WHERE database = {db:String} "
-            "AND table = 'gpu_samples' AND name = 'ts'",
-            {"db": database},
+        found = old.rows(
+            "SELECT compression_codec, default_kind FROM system.columns "
+            "WHERE database = {db:String} AND table = 'gpu_samples' AND name = {column:String}",
+            {"db": database, "column": column},
         )
-        assert codec == [("CODEC(Delta(8), ZSTD(1))",)]
+        assert found == [(codec, "MATERIALIZED" if column == "util_ratio" else "")]
         after = old.rows(read, {"db": database})
         assert len(before) == 100 and after == sorted(before + before)
+        # the materialised expression survived: engine activity where present, else GPU util
+        assert before[1][1] == pytest.approx(1 / 200) and before[3][1] == pytest.approx(3 / 100)
     finally:
         engine.command(f"DROP DATABASE IF EXISTS {database} SYNC")

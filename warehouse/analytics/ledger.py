@@ -173,8 +173,16 @@ def usage_margin(idle_min_duration_s: int) -> dt.timedelta:
 
 
 #: Settings per source, appended to the query's own: raw samples are grouped GPU by GPU in the
-#: table's order (the rollup's rows are few enough that the engine's default is faster there).
-_SOURCE_SETTINGS = {"rollup": "", "raw": ", optimize_aggregation_in_order = 1"}
+#: table's order (the rollup's rows are few enough that the engine's default is faster there),
+#: and each reading stream hands on its GPU-days every 1 MB of them (about 90 GPU-days)
+#: rather than every 50 MB (the default, more than a day's part holds), so that the minutes
+#: are cut into hours and consumed on both cores while the samples are still being read, not
+#: on one core once they all are: 7.6 s against 11.2 s for the minutes query alone on 265 M
+#: samples, where the CPU time is about the same.
+_SOURCE_SETTINGS = {
+    "rollup": "",
+    "raw": ", optimize_aggregation_in_order = 1, aggregation_in_order_max_block_bytes = 1000000",
+}
 
 
 def usage_frame(

@@ -22,14 +22,19 @@
 -- table's order, GPU by GPU, with optimize_aggregation_in_order (which ledger.py sets for this
 -- source); a DateTime there makes the engine hash every sample instead, several times slower,
 -- and toMinute() costs a time-zone lookup per sample.
+-- Per hour, the array functions with a lambda run only where they change something (an hour
+-- with a minute without samples, an hour with some low minutes), the others through if()'s
+-- short-circuit: 2.3 s of CPU against 2.6 s for cutting and reading the 30,720 GPU-days.
 SELECT cluster, gpu_uuid, mig_instance, h, arraySum(u) / 60 AS used, k, u, whole,
-       if(whole, [], arrayFilter((m, x) -> x < 16777216, k, xs)) AS lk
+       if(whole OR arrayMin(xs) >= 16777216, [], arrayFilter((m, x) -> x < 16777216, k, xs))
+           AS lk
 FROM (
     SELECT cluster, gpu_uuid, mig_instance, toDateTime((dn * 24 + hour_of_day) * 3600, 'UTC') AS h,
-           arrayFilter((m, x) -> x > 0, range(60), buckets) AS k,
-           arrayFilter(x -> x > 0, buckets) AS xs,
+           countEqual(buckets, 0) = 0 AS full,
+           if(full, range(60), arrayFilter((m, x) -> x > 0, range(60), buckets)) AS k,
+           if(full, buckets, arrayFilter(x -> x > 0, buckets)) AS xs,
            arrayMap(x -> (x - 4096 * floor(x / 4096)) / (floor(x / 4096) % 4096), xs) AS u,
-           length(k) = 60 AND arrayAll(x -> x < 16777216, xs) AS whole
+           full AND arrayMax(xs) < 16777216 AS whole
     FROM (
         SELECT cluster, gpu_uuid, mig_instance, intDiv(toUnixTimestamp64Milli(ts), 86400000) AS dn,
                sumResample(0, 86400000, 60000)(
@@ -41,7 +46,8 @@ FROM (
           AND ts < toStartOfHour({hi:DateTime64(3)} - INTERVAL 1 MILLISECOND) + INTERVAL 1 HOUR
         GROUP BY cluster, gpu_uuid, mig_instance, dn
     )
-    ARRAY JOIN arraySplit((x, i) -> i % 60 = 0, minutes, range(1440)) AS buckets,
+    ARRAY JOIN arraySplit((x, f) -> f, minutes, arrayMap(i -> i % 60 = 0, range(1440)))
+                   AS buckets,
                range(24) AS hour_of_day
     WHERE arraySum(buckets) > 0
 )

@@ -155,6 +155,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                 interval_s=settings.ledger.seal_interval_s,
                 idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
                 idle_min_duration_s=settings.ledger.idle_min_duration_s,
+                warehouse_cluster=settings.warehouse.cluster,
             )
         )
     try:
@@ -345,6 +346,7 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
         idle_min_duration_s=settings.ledger.idle_min_duration_s,
         since=since,
         until=until,
+        warehouse_cluster=settings.warehouse.cluster,
     )
     doc = {
         "from": report.first_day.isoformat() if report.first_day else None,

@@ -59,6 +59,11 @@ class WarehouseSettings:
                 f"warehouse.database {self.database!r} is not a plain identifier: "
                 "use letters, digits and underscores"
             )
+        if self.cluster and not self.cluster.isidentifier():
+            raise SettingsError(
+                f"warehouse.cluster {self.cluster!r} is not a plain identifier: use the name "
+                "of the cluster in the servers' remote_servers, letters, digits and underscores"
+            )
         for name in ("raw_retention_days", "rollup_1m_retention_days", "rollup_1h_retention_days"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"warehouse.{name} must be at least 1 day")

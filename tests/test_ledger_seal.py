@@ -172,6 +172,62 @@ def test_a_late_sample_puts_its_day_back_on_the_live_query(ingest: Ingestor) -> 
     assert usage_frame(wh, D0, D3).filter(pl.col("job_id") == "jB").height == 3  # sealed again
 
 
+def _kept_rows(wh: Warehouse) -> dict[dt.date, dict[int, int]]:
+    """ledger_days' rows per day and seal id."""
+    kept: dict[dt.date, dict[int, int]] = {}
+    for day, seal_id, n in wh.rows(
+        f"SELECT day, seal_id, count() FROM {wh.database}.ledger_days GROUP BY day, seal_id"
+    ):
+        kept.setdefault(day, {})[seal_id] = n
+    return kept
+
+
+def test_sealing_a_day_again_deletes_the_rows_of_the_seal_it_replaces(ingest: Ingestor) -> None:
+    wh = ingest.wh
+    _seal(wh)
+    before = _kept_rows(wh)
+    assert {day: sum(ids.values()) for day, ids in before.items()} == {
+        D0.date(): 2,
+        D1.date(): 3,
+        D2.date(): 1,
+    }
+    late = _samples([h(36 + 10 / 60) + dt.timedelta(seconds=30)], util=0.9)
+    assert ingest.write_samples(late.filter(pl.col("gpu_uuid") == "G1")).quarantined_total == 0
+    assert _seal(wh).sealed == (D1.date(),)
+    after = _kept_rows(wh)
+    latest = seal.seals(wh, seal.day_number(D1), seal.day_number(D2), 0.05, 1800)
+    ((new_id, _, _, rows),) = latest.values()
+    assert after[D1.date()] == {new_id: rows} and new_id not in before[D1.date()]
+    assert after[D0.date()] == before[D0.date()] and after[D2.date()] == before[D2.date()]
+    # another setting's seals of the same day are not this one's to delete
+    _seal(wh, idle_threshold_ratio=0.6)
+    assert ingest.write_job_events(_job("jD", "G1", h(40), h(41))).quarantined_total == 0
+    assert _seal(wh).sealed == (D1.date(),)
+    kept = _kept_rows(wh)[D1.date()]
+    assert len(kept) == 2 and new_id not in kept  # the 60% seal and the new 5% one
+    minute = (0.8 + 0.9) / 2 - 0.8
+    want = {**EXPECT, "t-jC": (1 / 3, 0.8 / 3 + minute / 60, 0.0), "t-jD": (1.0, 0.8, 0.0)}
+    _same(_figures(wh, D0, D3), want)
+
+
+@pytest.mark.parametrize("cluster", ["c1", ""])
+def test_a_seal_replaced_while_being_read_gives_way_to_the_live_query(
+    ingest: Ingestor, cluster: str
+) -> None:
+    """A reader picks D1's seal; before it reads the rows, a sealer replaces that seal and
+    deletes them: the reader finds fewer rows than the seal recorded and computes live."""
+    wh = ingest.wh
+    _seal(wh)
+    ((d1_id, *_),) = seal.seals(wh, seal.day_number(D1), seal.day_number(D2), 0.05, 1800).values()
+    seal._drop_rows(wh, seal.day_number(D1), d1_id, "")
+    assert D1.date() not in _kept_rows(wh)
+    ledger = compute_ledger(wh, D0, D3, cluster=cluster)
+    got = {r.key: (r.allocated_gpu_hours, r.used_gpu_hours, r.idle_gpu_hours) for r in ledger.rows}
+    _same(got, EXPECT)
+    rows = usage_frame(wh, D0, D3, cluster=cluster).filter(pl.col("job_id") == "jB")
+    assert rows.height == 1  # one live query over the whole window
+
+
 def test_a_late_job_event_puts_its_day_back_on_the_live_query(ingest: Ingestor) -> None:
     wh = ingest.wh
     _seal(wh)

@@ -42,6 +42,7 @@ def test_server_dsn_selects_server() -> None:
         ("[ledger]\nidle_policy = 'share'\n", "'share' is not one of weighted, even, none"),
         ("[simulator]\ngpus = 'many'\n", "simulator.gpus = 'many'"),
         ("[warehouse]\ndsn = 'postgres://x'\n", "is not a ClickHouse DSN"),
+        ("[warehouse]\ncluster = 'prod; DROP'\n", "warehouse.cluster 'prod; DROP' is not a plain"),
         ("[ledger\n", "is not valid TOML"),
     ],
 )

@@ -15,6 +15,10 @@ Seals are per idle threshold and minimum idle duration: a ledger asked for other
 computes live. A day whose samples retention has dropped keeps its sealed rows (its sample
 count then only falls, which does not break the seal), so a month closed once keeps its figures
 after the minutes are gone, as a finished job keeps its summary.
+
+Sealing a day again deletes the rows of the seal it replaces. A reader that picked the old seal
+just before finds fewer rows than that seal recorded and computes those days live instead
+(:func:`usage_with_seals` checks the count), so the figures never depend on that race.
 """
 
 from __future__ import annotations
@@ -142,12 +146,15 @@ def seal_days(
     since: dt.date | None = None,
     until: dt.date | None = None,
     now: dt.datetime | None = None,
+    warehouse_cluster: str = "",
 ) -> SealReport:
     """Seal every finished day in [since, until) whose seal is missing or no longer holds.
 
     A day is finished when its margin has passed (its query reads minutes up to
     ``idle_min_duration_s + 60`` s after midnight); ``since`` defaults to the first day with
-    samples or allocations. Re-running it seals only the days that changed.
+    samples or allocations. Re-running it seals only the days that changed, and deletes the
+    rows of the seals it replaces (on the local tables of ``warehouse_cluster``, the
+    ClickHouse cluster's name, where there is one).
     """
     live = functools.partial(
         live_usage_frame,
@@ -171,6 +178,8 @@ def seal_days(
             continue
         rows += _seal_one(wh, live, d, current[d], idle_threshold_ratio, idle_min_duration_s)
         done.append(day_start(d).date())
+        if d in sealed:
+            _drop_rows(wh, d, sealed[d][0], warehouse_cluster)
     return SealReport(day_start(d0).date(), day_start(d1).date(), tuple(done), still, rows)
 
 
@@ -182,6 +191,7 @@ def start_sealer(
     idle_threshold_ratio: float,
     idle_min_duration_s: int,
     first_after_s: float = 60.0,
+    warehouse_cluster: str = "",
 ) -> threading.Thread:
     """Seal the finished days ``first_after_s`` from now, then every ``interval_s``, in a
     daemon thread, until ``stop`` is set. Best effort: a pass that fails is logged and the
@@ -197,6 +207,7 @@ def start_sealer(
                     wh,
                     idle_threshold_ratio=idle_threshold_ratio,
                     idle_min_duration_s=idle_min_duration_s,
+                    warehouse_cluster=warehouse_cluster,
                 )
             except WarehouseError as exc:
                 log.error("sealing the ledger's days failed (next try in %g s): %s", wait, exc)
@@ -242,6 +253,29 @@ def _seal_one(
     return usage.height
 
 
+def _drop_rows(wh: Warehouse, d: int, seal_id: int, warehouse_cluster: str) -> None:
+    """Delete day ``d``'s rows of the seal ``seal_id``, which a newer one has replaced.
+
+    Best effort: rows left by a failure are never read (readers ask for the latest seal's id).
+    """
+    table, on_cluster = "ledger_days", ""
+    if warehouse_cluster:  # a lightweight DELETE changes the local tables, not a Distributed one
+        table, on_cluster = "ledger_days_local", f" ON CLUSTER {warehouse_cluster}"
+    try:
+        wh.command(
+            f"DELETE FROM {{db:Identifier}}.{{table:Identifier}}{on_cluster} "
+            "WHERE day = {day:Date} AND seal_id = {seal_id:UInt64}",
+            {"db": wh.database, "table": table, "day": day_start(d).date(), "seal_id": seal_id},
+        )
+    except WarehouseError as exc:
+        log.warning(
+            "the rows of %s's replaced seal %d stay in ledger_days (never read): %s",
+            day_start(d).date(),
+            seal_id,
+            exc,
+        )
+
+
 def usage_with_seals(
     wh: Warehouse,
     live: LiveUsage,
@@ -271,19 +305,17 @@ def usage_with_seals(
     if r1 == r0 or (lives == 2 and rows < _LIVE_QUERY_ROWS):
         return live(start, end)
     ids = [sealed[d][0] for d in range(d0 + r0, d0 + r1) if d in sealed]
-    parts = []
+    window = {"day0": day_start(d0 + r0).date(), "day1": day_start(d0 + r1).date(), "seals": ids}
+    kept = queries.run(wh, "ledger_sealed_usage", cluster=cluster, **window)
+    # counted after reading (a deletion is for good): a seal replaced since it was picked has
+    # lost its rows, and those days are computed live
+    found = kept.height if not cluster else queries.run(wh, "ledger_sealed_count", **window)[0, 0]
+    if found != rows:
+        log.info("days were sealed again while being read (%d of %d sealed rows)", found, rows)
+        return live(start, end)
+    parts = [kept]
     if start < day_start(d0 + r0):
-        parts.append(live(start, day_start(d0 + r0)))
-    parts.append(
-        queries.run(
-            wh,
-            "ledger_sealed_usage",
-            day0=day_start(d0 + r0).date(),
-            day1=day_start(d0 + r1).date(),
-            seals=ids,
-            cluster=cluster,
-        )
-    )
+        parts.insert(0, live(start, day_start(d0 + r0)))
     if day_start(d0 + r1) < end:
         parts.append(live(day_start(d0 + r1), end))
     return pl.concat(parts, how="vertical_relaxed")

@@ -355,7 +355,26 @@ def table_sizes(wh: Warehouse) -> dict[str, Any]:
         "GROUP BY table",
         {"db": wh.database},
     )
-    return {f"{t}_{k}": v for t, n, b in rows for k, v in (("rows", n), ("bytes", b))}
+    sizes: dict[str, Any] = {
+        f"{t}_{k}": v for t, n, b in rows for k, v in (("rows", n), ("bytes", b))
+    }
+    # the engine picks the default codec per part by its size (LZ4, or ZSTD(3) for large ones),
+    # so the same data can take other sizes from one load to the next
+    sizes["gpu_samples_parts_by_default_codec"] = dict(
+        wh.rows(
+            "SELECT default_compression_codec, count() FROM system.parts WHERE database = "
+            "{db:String} AND table = 'gpu_samples' AND active GROUP BY 1 ORDER BY 1",
+            {"db": wh.database},
+        )
+    )
+    sizes["gpu_samples_column_bytes"] = dict(
+        wh.rows(
+            "SELECT name, data_compressed_bytes FROM system.columns WHERE database = "
+            "{db:String} AND table = 'gpu_samples' ORDER BY data_compressed_bytes DESC",
+            {"db": wh.database},
+        )
+    )
+    return sizes
 
 
 # -- timing ---------------------------------------------------------------------------------------
@@ -1026,7 +1045,9 @@ def bench_gpuledger(
     print(
         f"dataset: {sc.gpus} GPUs x {sc.days} days at {sc.step_s} s = "
         f"{data['gpu_samples_rows']:,} samples ({data['gpu_samples_bytes'] / 1e9:.2f} GB "
-        f"compressed), {data['jobs']:,} jobs, {data['allocations_rows']:,} allocation rows; "
+        f"compressed; parts by default codec {data['gpu_samples_parts_by_default_codec']}; "
+        f"util_ratio {data['gpu_samples_column_bytes']['util_ratio'] / 1e6:.0f} MB), "
+        f"{data['jobs']:,} jobs, {data['allocations_rows']:,} allocation rows; "
         f"loaded in {data['load_s']} s (INSERT ... SELECT {data['insert_select_s']} s, "
         f"OPTIMIZE FINAL {data['optimize_final_s']} s)",
         flush=True,

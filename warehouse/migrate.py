@@ -183,20 +183,28 @@ RETENTION = {
 _TTL_DAYS = re.compile(r"TTL .*?(?:INTERVAL (\d+) DAY|toIntervalDay\((\d+)\))")
 
 
+def local_target(table: str, cluster: str) -> tuple[str, str]:
+    """Where a statement that changes ``table``'s rows or settings goes, and its ``ON CLUSTER``
+    clause: ``(table, "")`` on one server; on a cluster the local tables, since the
+    ``Distributed`` table over them holds nothing: ``(table + "_local", " ON CLUSTER name")``."""
+    if not cluster:
+        return table, ""
+    return f"{table}_local", f" ON CLUSTER {cluster}"
+
+
 def reconcile_retention(wh: Warehouse, opts: RenderOptions) -> list[str]:
     """Bring each table's TTL to the retention in ``opts``; return the tables changed.
 
     The raw table's TTL and the ingest guard must agree, or samples between the two would be
     dropped from ``gpu_samples`` at insert while still reaching the rollups.
     """
-    local = "_local" if opts.cluster else ""
-    on_cluster = f" ON CLUSTER {opts.cluster}" if opts.cluster else ""
     changed = []
     for table, (expr, setting) in RETENTION.items():
+        target, on_cluster = local_target(table, opts.cluster)
         rows = wh.rows(
             "SELECT create_table_query FROM system.tables WHERE database = {d:String} "
             "AND name = {t:String}",
-            {"d": opts.database, "t": table + local},
+            {"d": opts.database, "t": target},
         )
         if not rows:
             continue
@@ -205,7 +213,7 @@ def reconcile_retention(wh: Warehouse, opts: RenderOptions) -> list[str]:
         if match and int(match[1] or match[2]) == days:
             continue
         wh.command(
-            f"ALTER TABLE {opts.database}.{table}{local}{on_cluster} "
+            f"ALTER TABLE {opts.database}.{target}{on_cluster} "
             f"MODIFY TTL {expr} + INTERVAL {int(days)} DAY"
         )
         changed.append(table)

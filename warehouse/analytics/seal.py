@@ -36,6 +36,7 @@ import polars as pl
 from warehouse import queries
 from warehouse.analytics.ledger import live_usage_frame, until_now, usage_margin
 from warehouse.client import Warehouse, WarehouseError
+from warehouse.migrate import local_target
 
 log = logging.getLogger(__name__)
 
@@ -258,9 +259,7 @@ def _drop_rows(wh: Warehouse, d: int, seal_id: int, warehouse_cluster: str) -> N
 
     Best effort: rows left by a failure are never read (readers ask for the latest seal's id).
     """
-    table, on_cluster = "ledger_days", ""
-    if warehouse_cluster:  # a lightweight DELETE changes the local tables, not a Distributed one
-        table, on_cluster = "ledger_days_local", f" ON CLUSTER {warehouse_cluster}"
+    table, on_cluster = local_target("ledger_days", warehouse_cluster)
     try:
         wh.command(
             f"DELETE FROM {{db:Identifier}}.{{table:Identifier}}{on_cluster} "

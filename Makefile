@@ -19,6 +19,7 @@ demo: $(STAMP)
 	$(BIN)/gpuledger demo
 
 test: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

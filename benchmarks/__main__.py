@@ -22,7 +22,7 @@ from collector.records import SAMPLE_SCHEMA, GpuInventory
 from gpuledger.demo import DemoRun
 from gpuledger.settings import load_settings
 from warehouse.client import Warehouse, connect
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
 from warehouse.migrate import RenderOptions, migrate
 
 OUT = Path(__file__).with_name("out")
@@ -126,9 +126,10 @@ def bench_end_to_end(engine: Warehouse, gpus: int, steps: int) -> dict[str, floa
     import threading
 
     from benchmarks.bench_dcgm import _Handler, synthetic_body
-    from collector.dcgm import DcgmCollector
-    from collector.pipeline import Pipeline, WarehouseSink
+    from collector.dcgm.collector import DcgmCollector
+    from collector.pipeline import Pipeline
     from collector.spool import Spool
+    from warehouse.ingest.sink import WarehouseSink
 
     database = "bench_e2e"
     wh = Warehouse(engine.client, database, engine.dsn)

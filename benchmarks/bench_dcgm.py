@@ -28,8 +28,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.dcgm import DcgmCollector, parse_detailed
-from collector.promtext import parse_text
+from collector.dcgm.collector import DcgmCollector, parse_detailed
+from collector.dcgm.promtext import parse_text
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "dcgm"
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)

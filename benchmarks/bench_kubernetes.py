@@ -24,7 +24,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from collector.kubernetes import KubernetesCollector
+from collector.kubernetes.collector import KubernetesCollector
 from collector.records import Batch, TenantRule
 from collector.tenancy import TenantMapper
 

@@ -57,10 +57,10 @@ import numpy as np
 import polars as pl
 
 from collector.records import GpuInventory, JobEvent, Price, Tenant
-from warehouse.analytics.ledger import compute_ledger
-from warehouse.analytics.seal import seal_days
 from warehouse.client import Warehouse, connect
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
+from warehouse.ledger.compute import compute_ledger
+from warehouse.ledger.seal import seal_days
 from warehouse.migrate import RenderOptions, migrate
 
 OUT = Path(__file__).with_name("out")

@@ -18,8 +18,8 @@ from typing import Protocol
 
 import requests
 
-from .records import Batch
-from .spool import Spool, dump_batch
+from collector.records import Batch
+from collector.spool import Spool, dump_batch
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +44,6 @@ class Source(Protocol):
 
 
 Enricher = Callable[[Batch], Batch]
-
-
-class WarehouseSink:
-    """Writes straight into the warehouse through an ``Ingestor`` (server DSN or embedded)."""
-
-    def __init__(self, ingestor: object):
-        self.ingestor = ingestor
-
-    def send(self, batch: Batch, batch_id: str) -> None:
-        from warehouse.client import WarehouseError
-
-        try:
-            self.ingestor.write(batch, batch_id=batch_id)  # type: ignore[attr-defined]
-        except WarehouseError as exc:
-            raise SinkUnavailable(str(exc)) from exc
 
 
 class HttpSink:

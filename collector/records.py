@@ -1,6 +1,6 @@
 """Typed records that every source emits, and their columnar (polars) schemas.
 
-Sources return these records; the ingest path in ``warehouse.ingest`` turns them into
+Sources return these records; the ingest path in ``warehouse.ingest.writer`` turns them into
 inserts. High-volume sources (the simulator's backfill, a dcgm scrape of a large fleet) may
 hand over a ``polars.DataFrame`` with exactly the columns of :data:`SAMPLE_SCHEMA` instead of
 one ``GpuSample`` per row; both take the same validation and insert path.

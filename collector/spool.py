@@ -11,7 +11,7 @@ sequence number and the batch id, percent-encoded so that the id read back is th
 When the spool is full a new batch is refused (the oldest data, from the start of the outage,
 is kept), counted in ``dropped_batches`` and logged as a warning that says how to make room.
 
-The server's ingest spool (``gpuledger.coalesce``) keeps agents' batches in the same format.
+The server's ingest spool (``warehouse.ingest.coalesce``) keeps agents' batches in the same format.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from urllib.parse import quote, unquote
 
 import polars as pl
 
-from .records import (
+from collector.records import (
     Batch,
     GpuHealth,
     GpuInventory,

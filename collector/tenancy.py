@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .records import TenantRule
+from collector.records import TenantRule
 
 UNMAPPED = "__unmapped__"
 

@@ -7,15 +7,15 @@ from pathlib import Path
 import dash
 from dash import Dash, dcc, html
 
-from gpuledger.settings import Settings
+from dashboards import context
 from warehouse.client import Warehouse
+from warehouse.ledger import IdleRule
 
-from . import context
 
-
-def create_app(wh: Warehouse, settings: Settings) -> Dash:
-    """Build the app over ``wh``. Serve it with ``app.run(...)`` (never with a forking server)."""
-    context.set_context(context.Context(wh, settings))
+def create_app(wh: Warehouse, *, idle: IdleRule | None = None, currency: str = "USD") -> Dash:
+    """Build the app over ``wh``, judging idle time by ``idle`` and showing money in
+    ``currency``. Serve it with ``app.run(...)`` (never with a forking server)."""
+    context.set_context(context.Context(wh, idle or IdleRule(), currency))
     app = Dash(
         __name__,
         use_pages=True,

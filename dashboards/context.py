@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuledger.settings import Settings
 from warehouse.client import Warehouse
+from warehouse.ledger import IdleRule
 
 
 @dataclasses.dataclass
 class Context:
     wh: Warehouse
-    settings: Settings
+    idle: IdleRule
+    currency: str
 
 
 _current: Context | None = None

@@ -24,11 +24,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from collector.pipeline import Enricher, HttpSink, Pipeline, Sink, Source, WarehouseSink
+from collector.pipeline import Enricher, HttpSink, Pipeline, Sink, Source
 from collector.records import Batch
 from collector.spool import Spool
-
-from .settings import Settings
+from gpuledger.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ def build_sources(settings: Settings, *, nvml: bool, dcgm_targets: Sequence[str]
             )
         )
     if dcgm_targets:
-        from collector.dcgm import DcgmCollector
+        from collector.dcgm.collector import DcgmCollector
 
         # With NVML on, its inventory (health, serial, MIG layout) describes the GPUs.
         sources.append(
@@ -99,9 +98,9 @@ def build_sink(settings: Settings) -> tuple[Sink, Callable[[], None]]:
     if settings.agent.server_url:
         sink = HttpSink(settings.agent.server_url)
         return sink, sink.close
-    from warehouse.ingest import Ingestor
-
-    from .app import open_warehouse
+    from gpuledger.app import open_warehouse
+    from warehouse.ingest.sink import WarehouseSink
+    from warehouse.ingest.writer import Ingestor
 
     wh = open_warehouse(settings)
     return WarehouseSink(Ingestor(wh, settings.warehouse.raw_retention_days)), wh.close
@@ -238,7 +237,7 @@ def run_agent(
 def slurm_job_enricher(directory: str, node: str) -> Callable[[Batch], Batch]:
     """Label samples with the Slurm job the node's mapping files say holds each GPU
     (re-read every batch: prolog and epilog scripts rewrite them as jobs come and go)."""
-    from collector.slurm_parse import enrich_job_ids, read_job_mapping
+    from collector.slurm.parse import enrich_job_ids, read_job_mapping
 
     def enrich(batch: Batch) -> Batch:
         if not len(batch.samples):
@@ -255,7 +254,11 @@ def slurm_job_enricher(directory: str, node: str) -> Callable[[Batch], Batch]:
 def pod_resources_enricher(settings: Settings, sources: Sequence[Source]) -> Enricher:
     """Label samples with the pods the kubelet's pod-resources API says hold their GPUs; MIG
     device UUIDs are resolved through the NVML source's backend, when there is one."""
-    from collector.podresources import PodResourcesClient, PodResourcesEnricher, nvml_mig_uuids
+    from collector.kubernetes.podresources import (
+        PodResourcesClient,
+        PodResourcesEnricher,
+        nvml_mig_uuids,
+    )
 
     a = settings.agent
     nvml = next((s for s in sources if isinstance(s, NvmlSource)), None)

@@ -5,10 +5,9 @@ engine lets one process own its data directory and must not be forked after it i
 
 from __future__ import annotations
 
+from gpuledger.settings import Settings
 from warehouse.client import Warehouse, connect
 from warehouse.migrate import RenderOptions, migrate
-
-from .settings import Settings
 
 
 def render_options(settings: Settings) -> RenderOptions:

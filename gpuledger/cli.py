@@ -25,10 +25,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from warehouse.client import WarehouseError
-
-from .collect_commands import cmd_agent, cmd_collect
-from .commands import (
+from gpuledger.collect_commands import cmd_agent, cmd_collect
+from gpuledger.commands import (
     cmd_db,
     cmd_demo,
     cmd_fragmentation,
@@ -40,10 +38,11 @@ from .commands import (
     cmd_sql,
     cmd_why,
 )
-from .output import format_rows  # noqa: F401 - re-exported for callers and tests
-from .quarantine_commands import add_parser as add_quarantine_parser
-from .quarantine_commands import cmd_quarantine
-from .settings import Settings, SettingsError, load_settings
+from gpuledger.output import format_rows  # noqa: F401 - re-exported for callers and tests
+from gpuledger.quarantine_commands import add_parser as add_quarantine_parser
+from gpuledger.quarantine_commands import cmd_quarantine
+from gpuledger.settings import Settings, SettingsError, load_settings
+from warehouse.client import WarehouseError
 
 
 def _parser() -> argparse.ArgumentParser:

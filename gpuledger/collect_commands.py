@@ -11,8 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .output import format_rows
-from .settings import Settings, SettingsError
+from gpuledger.output import format_rows
+from gpuledger.settings import Settings, SettingsError
 
 
 def _print_batch(batch: Any) -> None:
@@ -75,7 +75,7 @@ def _tenant_mapper(settings: Settings, wh: Any = None) -> Any:
 
     if wh is None and settings.agent.server_url:
         return TenantMapper([])
-    from .app import open_warehouse
+    from gpuledger.app import open_warehouse
 
     own = wh is None
     wh = wh or open_warehouse(settings)
@@ -88,7 +88,7 @@ def _tenant_mapper(settings: Settings, wh: Any = None) -> Any:
 
 
 def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any = None) -> Any:
-    from .agent import build_sources
+    from gpuledger.agent import build_sources
 
     if args.source == "nvml":
         return build_sources(settings, nvml=True, dcgm_targets=())[0]
@@ -104,12 +104,12 @@ def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any =
     if args.source == "slurm":
         import shlex
 
-        from collector.slurm import SlurmCollector
+        from collector.slurm.collector import SlurmCollector
 
         return SlurmCollector(settings.agent.cluster, mapper, sacct=shlex.split(args.sacct))
     import kubernetes
 
-    from collector.kubernetes import KubernetesCollector
+    from collector.kubernetes.collector import KubernetesCollector
 
     try:
         if args.kubeconfig:
@@ -135,8 +135,7 @@ def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any =
 def _run_foreground(settings: Settings, sources: list[Any], once: bool) -> int:
     """Collect once and print, or run the pipeline until Ctrl-C/SIGTERM."""
     from collector.nvml import NvmlError
-
-    from .agent import build_sink, make_pipeline, run_agent, serve_status
+    from gpuledger.agent import build_sink, make_pipeline, run_agent, serve_status
 
     if once:
         for source in sources:
@@ -189,9 +188,8 @@ def start_embedded_collectors(
     """Run server.collectors in this process, writing through the shared ingestor."""
     import uuid
 
-    from collector.pipeline import WarehouseSink
-
-    from .agent import make_pipeline, run_agent
+    from gpuledger.agent import make_pipeline, run_agent
+    from warehouse.ingest.sink import WarehouseSink
 
     threads = []
     for name in settings.server.sources:
@@ -213,8 +211,7 @@ def start_embedded_collectors(
 
 def cmd_agent(settings: Settings, args: argparse.Namespace) -> int:
     from collector.nvml import NvmlError
-
-    from .agent import build_sources
+    from gpuledger.agent import build_sources
 
     try:
         sources = build_sources(
@@ -228,9 +225,9 @@ def cmd_agent(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_collect(settings: Settings, args: argparse.Namespace) -> int:
-    from collector.kubernetes import KubernetesError
+    from collector.kubernetes.collector import KubernetesError
     from collector.nvml import NvmlError
-    from collector.slurm import SlurmError
+    from collector.slurm.collector import SlurmError
 
     try:
         source = _source(settings, args)

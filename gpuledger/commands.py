@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .collect_commands import start_embedded_collectors
-from .output import format_rows
-from .settings import Settings, SettingsError
+from gpuledger.collect_commands import start_embedded_collectors
+from gpuledger.output import format_rows
+from gpuledger.settings import Settings, SettingsError
 
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
-    from .app import open_warehouse
+    from gpuledger.app import open_warehouse
 
     wh = open_warehouse(settings)
     columns, rows = wh.table(args.query)
@@ -28,9 +28,8 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
+    from gpuledger.app import open_warehouse, render_options
     from warehouse.migrate import migrate, status
-
-    from .app import open_warehouse, render_options
 
     wh = open_warehouse(settings, apply_migrations=False)
     opts = render_options(settings)
@@ -56,8 +55,8 @@ def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
-    from .app import open_warehouse
-    from .demo import DemoRun, start_live
+    from gpuledger.app import open_warehouse
+    from gpuledger.demo import DemoRun, start_live
 
     wh = open_warehouse(settings)
     started = time.monotonic()
@@ -87,9 +86,8 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 def _serve(wh: Any, settings: Settings) -> int:
     """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
     from dashboards.app import create_app
-
-    from .coalesce import CoalesceError, Coalescer
-    from .server import register
+    from gpuledger.server import register
+    from warehouse.ingest.coalesce import CoalesceError, Coalescer
 
     s = settings.server
     spool_dir = s.spool_dir or str(Path(settings.warehouse.data_dir).expanduser() / "ingest-spool")
@@ -105,7 +103,7 @@ def _serve(wh: Any, settings: Settings) -> int:
         )
     except CoalesceError as exc:
         raise SettingsError(f"server.spool_dir: {exc}") from None
-    app = create_app(wh, settings)
+    app = create_app(wh, idle=_idle_rule(settings), currency=settings.ledger.currency)
     register(app.server, wh, coalescer)
     coalescer.start()
     signal.signal(signal.SIGTERM, _terminate)
@@ -129,16 +127,15 @@ def _terminate(_signum: int, _frame: object) -> None:
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    from warehouse.ingest import Ingestor
-
-    from .app import open_warehouse
+    from gpuledger.app import open_warehouse
+    from warehouse.ingest.writer import Ingestor
 
     wh = open_warehouse(settings)
     ingestor = Ingestor(wh, settings.warehouse.raw_retention_days)
     stop = threading.Event()
-    from collector.kubernetes import KubernetesError
+    from collector.kubernetes.collector import KubernetesError
     from collector.nvml import NvmlError
-    from collector.slurm import SlurmError
+    from collector.slurm.collector import SlurmError
 
     try:
         threads = start_embedded_collectors(settings, ingestor, stop, args)
@@ -146,15 +143,15 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         wh.close()
         raise SettingsError(f"server.collectors: {exc}") from None
     if settings.ledger.seal_interval_s:
-        from warehouse.analytics.seal import start_sealer
+        from warehouse.ledger import start_sealer
 
         threads.append(
             start_sealer(
                 wh,
                 stop,
                 interval_s=settings.ledger.seal_interval_s,
-                idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
-                idle_min_duration_s=settings.ledger.idle_min_duration_s,
+                idle=_idle_rule(settings),
+                clock=_now,
                 warehouse_cluster=settings.warehouse.cluster,
             )
         )
@@ -168,10 +165,9 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
-    from collector import traces
-    from warehouse.ingest import Ingestor, IngestResult
-
-    from .app import open_warehouse
+    from collector.traces.alibaba import alibaba as traces
+    from gpuledger.app import open_warehouse
+    from warehouse.ingest.writer import Ingestor, IngestResult
 
     try:
         start = dt.datetime.fromisoformat(args.start)
@@ -213,137 +209,115 @@ def _day(text: str, flag: str) -> dt.datetime:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
 
-def _stranded(wh: Any, cluster: str, start: dt.datetime, end: dt.datetime) -> float | None:
-    """Stranded (FGD) GPU-hours of one cluster over the window, sampled hourly; None when the
-    window spans several clusters or the data has no inventory to measure."""
-    from warehouse import queries
-    from warehouse.analytics.fragmentation import stranded_gpu_hours
-    from warehouse.analytics.ledger import until_now
+def _now() -> dt.datetime:
+    """The one place the commands read the clock; everything below takes ``now``."""
+    return dt.datetime.now(dt.UTC)
 
-    names = queries.clusters(wh)["cluster"].to_list()
-    if not cluster and len(names) != 1:
-        return None
-    frame = stranded_gpu_hours(wh, cluster or str(names[0]), start, until_now(end))
-    return round(float(frame["stranded_gpu_hours"].sum()), 6) if frame.height else None
+
+def _idle_rule(settings: Settings) -> Any:
+    from warehouse.ledger import IdleRule
+
+    return IdleRule(settings.ledger.idle_threshold_ratio, settings.ledger.idle_min_duration_s)
 
 
 def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
-    from warehouse.analytics.ledger import LedgerError, compute_ledger
+    from gpuledger.app import open_warehouse
+    from warehouse.ledger import LedgerError, Window, compute_ledger, load_price_book
 
-    from .app import open_warehouse
-
-    start = _day(args.date_from, "--from")
-    end = _day(args.date_to, "--to") + dt.timedelta(days=1)
+    first = _day(args.date_from, "--from").date()
+    last = _day(args.date_to, "--to").date()
     wh = open_warehouse(settings)
     try:
-        result = compute_ledger(
+        ledger = compute_ledger(
             wh,
-            start,
-            end,
-            by=args.by,
+            Window.days(first, last),
+            now=_now(),
+            group_by=args.by,
             idle_policy=args.idle_policy or settings.ledger.idle_policy,
+            idle=_idle_rule(settings),
+            prices=load_price_book(wh, settings.ledger.currency),
             cluster=args.cluster,
-            idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
-            idle_min_duration_s=settings.ledger.idle_min_duration_s,
             source=args.source,
             sealed=not args.no_seals,
-            currency=settings.ledger.currency,
+            energy=args.energy,
         )
     except LedgerError as exc:
         raise SettingsError(str(exc)) from None
-    doc = result.to_json()
-    doc["from"], doc["to"] = args.date_from, args.date_to
-    doc["totals"]["stranded_gpu_hours"] = _stranded(wh, args.cluster, start, end)
-    if args.energy:
-        from warehouse.analytics.energy import energy_cost
-
-        energy = energy_cost(wh, start, end, by=args.by, cluster=args.cluster)
-        doc["energy"] = {
-            "rows": [
-                {
-                    "key": r.key,
-                    "energy_kwh": round(r.energy_kwh, 6),
-                    "energy_cost": str(r.energy_cost),
-                }
-                for r in energy.rows
-            ],
-            "energy_kwh": round(energy.energy_kwh, 6),
-            "energy_cost": str(energy.energy_cost),
-            "unpriced_kwh": round(energy.unpriced_kwh, 6),
-        }
     if args.format == "json":
-        print(json.dumps(doc, indent=1))
+        print(json.dumps(ledger.to_json(), indent=1))
         return 0
-    columns = [
-        "key",
-        "allocated_gpu_hours",
-        "used_gpu_hours",
-        "idle_gpu_hours",
-        "direct_cost",
-        "shared_cost",
-        "total_cost",
-    ]
-    rows = [[_fixed(r[c]) for c in columns] for r in doc["rows"]]
-    if args.format == "csv":
-        sys.stdout.write(format_rows([args.by, *columns[1:]], rows, "csv"))
-        return 0
-    sys.stdout.write(format_rows([args.by, *columns[1:]], rows, "table"))
-    t = doc["totals"]
-    print(
-        f"\n{args.date_from} to {args.date_to} (UTC), {doc['currency']}, idle policy "
-        f"{doc['idle_policy']}"
-    )
-    for name in (
-        "capacity_gpu_hours",
-        "allocated_gpu_hours",
-        "used_gpu_hours",
-        "idle_gpu_hours",
-        "unallocated_gpu_hours",
-        "stranded_gpu_hours",
-        "capacity_cost",
-        "unshared_cost",
-        "total_cost",
-    ):
-        print(f"  {name:<22} {_fixed(t[name]) if t[name] is not None else 'n/a'}")
-    if doc["conserved"] is not None:
-        print(
-            f"  conservation: rows + unshared = capacity cost: "
-            f"{'holds' if doc['conserved'] else 'DOES NOT HOLD'}"
-        )
-    if "energy" in doc:
-        e = doc["energy"]
-        print(
-            f"\nenergy (beside the GPU-hour ledger): {e['energy_kwh']:.3f} kWh, "
-            f"{e['energy_cost']} {doc['currency']}"
-            + (
-                f"; {e['unpriced_kwh']:.3f} kWh with no energy_kwh price"
-                if e["unpriced_kwh"]
-                else ""
-            )
-        )
-        sys.stdout.write(
-            format_rows(
-                [args.by, "energy_kwh", "energy_cost"],
-                [[r["key"], f"{r['energy_kwh']:.3f}", r["energy_cost"]] for r in e["rows"]],
-                "table",
-            )
-        )
+    sys.stdout.write(render_ledger(ledger, args.format))
     return 0
 
 
-def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
-    """Seal the ledger's finished days (see warehouse.analytics.seal)."""
-    from warehouse.analytics.seal import seal_days
+_LEDGER_COLUMNS = (
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "idle_gpu_hours",
+    "direct_cost",
+    "shared_cost",
+    "total_cost",
+)
+_TOTALS_SHOWN = (
+    "capacity_gpu_hours",
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "idle_gpu_hours",
+    "unallocated_gpu_hours",
+    "stranded_gpu_hours",
+    "capacity_cost",
+    "unshared_cost",
+    "total_cost",
+)
 
-    from .app import open_warehouse
+
+def render_ledger(ledger: Any, fmt: str) -> str:
+    """The ledger as a table (with its totals and conservation line) or as CSV rows."""
+    rows = [[r.key, *(_fixed(getattr(r, c)) for c in _LEDGER_COLUMNS)] for r in ledger.rows]
+    header = [ledger.group_by, *_LEDGER_COLUMNS]
+    if fmt == "csv":
+        return format_rows(header, rows, "csv")
+    w = ledger.window
+    out = [
+        format_rows(header, rows, "table"),
+        f"\n{w.first_day} to {w.last_day} (UTC), {ledger.currency}, idle policy "
+        f"{ledger.idle_policy.value}\n",
+    ]
+    for name in _TOTALS_SHOWN:
+        value = getattr(ledger.totals, name)
+        out.append(f"  {name:<22} {_fixed(value) if value is not None else 'n/a'}\n")
+    if ledger.conserved is not None:
+        verdict = "holds" if ledger.conserved else "DOES NOT HOLD"
+        out.append(f"  conservation: rows + unshared = capacity cost: {verdict}\n")
+    e = ledger.energy
+    if e is not None:
+        unpriced = f"; {e.unpriced_kwh:.3f} kWh with no energy_kwh price" if e.unpriced_kwh else ""
+        out.append(
+            f"\nenergy (beside the GPU-hour ledger): {e.energy_kwh:.3f} kWh, "
+            f"{e.energy_cost} {ledger.currency}{unpriced}\n"
+        )
+        out.append(
+            format_rows(
+                [ledger.group_by, "energy_kwh", "energy_cost"],
+                [[r.key, f"{r.energy_kwh:.3f}", str(r.energy_cost)] for r in e.rows],
+                "table",
+            )
+        )
+    return "".join(out)
+
+
+def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
+    """Seal the ledger's finished days (see warehouse.ledger.seal)."""
+    from gpuledger.app import open_warehouse
+    from warehouse.ledger import seal_days
 
     since = _day(args.since, "--since").date() if args.since else None
     until = (_day(args.until, "--until") + dt.timedelta(days=1)).date() if args.until else None
     wh = open_warehouse(settings)
     report = seal_days(
         wh,
-        idle_threshold_ratio=settings.ledger.idle_threshold_ratio,
-        idle_min_duration_s=settings.ledger.idle_min_duration_s,
+        idle=_idle_rule(settings),
+        now=_now(),
         since=since,
         until=until,
         warehouse_cluster=settings.warehouse.cluster,
@@ -374,9 +348,9 @@ def _fixed(value: Any) -> Any:
     return f"{value:.3f}" if isinstance(value, float) else value
 
 
-def _at(text: str | None) -> dt.datetime:
+def _at(text: str | None, now: dt.datetime) -> dt.datetime:
     if not text:
-        return dt.datetime.now(dt.UTC)
+        return now
     try:
         at = dt.datetime.fromisoformat(text)
     except ValueError:
@@ -388,9 +362,9 @@ def _cluster(wh: Any, given: str) -> str:
     """The cluster asked for, or the only one there is."""
     if given:
         return given
-    from warehouse import queries
+    from warehouse.analytics import fleet
 
-    names = queries.clusters(wh)["cluster"].to_list()
+    names = fleet.clusters(wh)["cluster"].to_list()
     if len(names) == 1:
         return str(names[0])
     if not names:
@@ -402,9 +376,8 @@ def _cluster(wh: Any, given: str) -> str:
 
 def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
     """Wait-time percentiles, failure and preemption rates with reasons, lost GPU-hours."""
+    from gpuledger.app import open_warehouse
     from warehouse.analytics import queues
-
-    from .app import open_warehouse
 
     start = _day(args.date_from, "--from")
     end = _day(args.date_to, "--to") + dt.timedelta(days=1)
@@ -433,16 +406,15 @@ def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
+    from gpuledger.app import open_warehouse
     from warehouse.analytics.fragmentation import FragmentationError, fragmentation_at
-
-    from .app import open_warehouse
 
     wh = open_warehouse(settings)
     try:
         report = fragmentation_at(
             wh,
             _cluster(wh, args.cluster),
-            _at(args.at),
+            _at(args.at, _now()),
             window=dt.timedelta(days=args.window_days),
             scope=args.scope,
         )
@@ -453,25 +425,24 @@ def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
-    from warehouse.analytics.ledger import LedgerError
-
-    from .app import open_warehouse
+    from gpuledger.app import open_warehouse
+    from warehouse.ledger import LedgerError
 
     wh = open_warehouse(settings)
     ledger = settings.ledger
+    now = _now()
     try:
         if args.what == "cost":
-            from warehouse.analytics.cost_change import why_cost
+            from warehouse.ledger import load_price_book, why_cost
 
             result: Any = why_cost(
                 wh,
                 args.month,
+                now=now,
                 tenant=args.tenant,
                 cluster=args.cluster,
-                settings={
-                    "idle_threshold_ratio": ledger.idle_threshold_ratio,
-                    "idle_min_duration_s": ledger.idle_min_duration_s,
-                },
+                idle=_idle_rule(settings),
+                prices=load_price_book(wh, ledger.currency),
             )
             print(
                 json.dumps(result.to_json(), indent=1)
@@ -481,7 +452,7 @@ def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
             return 0
         from warehouse.analytics import explain
 
-        cluster, at = _cluster(wh, args.cluster), _at(args.at)
+        cluster, at = _cluster(wh, args.cluster), _at(args.at, now)
         if args.what == "job":
             answer = explain.why_job(wh, cluster, args.id, at)
         elif args.what == "gpu":

@@ -12,12 +12,11 @@ from collections.abc import Callable
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from collector.simulator import Simulator, SimulatorConfig
+from collector.sim.simulator import Simulator, SimulatorConfig
+from gpuledger.settings import Settings
 from warehouse import queries
 from warehouse.client import Warehouse, WarehouseError
-from warehouse.ingest import Ingestor, IngestResult
-
-from .settings import Settings
+from warehouse.ingest.writer import Ingestor, IngestResult
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
 
 ``--reason`` keeps the rows whose reason contains TEXT (case-insensitive): every reason of a
 sample from a GPU with no inventory starts with ``unknown_gpu:``. The warehouse side, and how
-a replayed row is written exactly once, is :mod:`warehouse.quarantine`.
+a replayed row is written exactly once, is :mod:`warehouse.ingest.quarantine`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import json
 import sys
 from typing import Any
 
-from .output import format_rows
-from .settings import Settings, SettingsError
+from gpuledger.output import format_rows
+from gpuledger.settings import Settings, SettingsError
 
 _REASON_CHARS = 60  # of a reason in the examples table; the counts table shows it whole
 
@@ -55,7 +55,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
-    from warehouse.quarantine import Filters
+    from warehouse.ingest.quarantine import Filters
 
     filters = Filters(kind=args.kind, reason=args.reason, since=_since(args.since))
     if args.action == "list":
@@ -76,9 +76,8 @@ def _since(text: str | None) -> dt.datetime | None:
 
 
 def _list(settings: Settings, filters: Any, args: argparse.Namespace) -> int:
-    from warehouse.quarantine import summary
-
-    from .app import open_warehouse
+    from gpuledger.app import open_warehouse
+    from warehouse.ingest.quarantine import summary
 
     if args.examples < 0:
         raise SettingsError(f"--examples {args.examples} must be 0 or more")
@@ -115,10 +114,9 @@ def _cut(text: str, chars: int) -> str:
 
 
 def _replay(settings: Settings, filters: Any, dry_run: bool) -> int:
-    from warehouse.ingest import Ingestor
-    from warehouse.quarantine import REPLAYABLE, QuarantineError, replay
-
-    from .app import open_warehouse
+    from gpuledger.app import open_warehouse
+    from warehouse.ingest.quarantine import REPLAYABLE, QuarantineError, replay
+    from warehouse.ingest.writer import Ingestor
 
     if filters.kind and filters.kind not in REPLAYABLE:
         raise SettingsError(

@@ -133,7 +133,7 @@ def give_inventory(
     row per (cluster, gpu_uuid), as of ``ts``. Returns how many GPUs it wrote.
     """
     from collector.records import GpuInventory
-    from warehouse.ingest import Ingestor
+    from warehouse.ingest.writer import Ingestor
 
     rows = records.to_dicts() if hasattr(records, "to_dicts") else [r._asdict() for r in records]
     gpus: dict[tuple[str, str], GpuInventory] = {}
@@ -198,3 +198,48 @@ def start(api: Any, fake: Any) -> Iterator[Callable[..., Any]]:
         runner.thread.join(5)
         assert not runner.thread.is_alive(), "run() did not stop"
         assert time.monotonic() - began < 2.0, "run() took too long to stop"
+
+
+def idle_rule(**kw: Any) -> Any:
+    """An IdleRule from the settings' flat names (idle_threshold_ratio, idle_min_duration_s)."""
+    from warehouse.ledger import IdleRule
+
+    return IdleRule(kw.pop("idle_threshold_ratio", 0.05), kw.pop("idle_min_duration_s", 1800))
+
+
+def ledger_between(
+    wh: Warehouse,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    now: dt.datetime | None = None,
+    **kw: Any,
+) -> Any:
+    """compute_ledger over [start, end) with the settings' flat names; ``now`` defaults to the
+    real clock, as the CLI's."""
+    from warehouse.ledger import Window, compute_ledger
+
+    flat = {k: kw.pop(k) for k in ("idle_threshold_ratio", "idle_min_duration_s") if k in kw}
+    if "by" in kw:
+        kw["group_by"] = kw.pop("by")
+    return compute_ledger(
+        wh, Window(start, end), now=now or dt.datetime.now(dt.UTC), idle=idle_rule(**flat), **kw
+    )
+
+
+def usage_between(
+    wh: Warehouse,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    now: dt.datetime | None = None,
+    **kw: Any,
+) -> Any:
+    """The ledger's usage rows of [start, end) (sealed days where they hold, by default)."""
+    from warehouse.ledger.compute import usage_frame
+    from warehouse.ledger.result import Window
+
+    flat = {k: kw.pop(k) for k in ("idle_threshold_ratio", "idle_min_duration_s") if k in kw}
+    return usage_frame(
+        wh, Window(start, end), now=now or dt.datetime.now(dt.UTC), idle=idle_rule(**flat), **kw
+    )

@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from collector.kubernetes import KubernetesCollector
+from collector.kubernetes.collector import KubernetesCollector
 from collector.records import Batch, JobEvent, Reject, TenantRule
 from collector.tenancy import TenantMapper
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.cgroups import CgroupOwner, owner_of_pid, parse_cgroup
+from collector.nvml.cgroups import CgroupOwner, owner_of_pid, parse_cgroup
 
 PROC = Path(__file__).parent / "data" / "cgroup" / "proc"
 

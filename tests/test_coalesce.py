@@ -39,11 +39,11 @@ from collector.records import (
     Reject,
 )
 from collector.spool import dump_batch
-from gpuledger.coalesce import AcceptedIds, CoalesceError, Coalescer, group_token
 from gpuledger.server import register
 from gpuledger.settings import SettingsError, load_settings
 from warehouse.client import Warehouse, WarehouseError
-from warehouse.ingest import Ingestor
+from warehouse.ingest.coalesce import AcceptedIds, CoalesceError, Coalescer, group_token
+from warehouse.ingest.writer import Ingestor
 from warehouse.migrate import RenderOptions, migrate
 
 NOW = recent(dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC))

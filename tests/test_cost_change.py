@@ -18,10 +18,12 @@ from decimal import Decimal
 import pytest
 
 from collector.records import JobEvent, Price
-from warehouse.analytics.cost_change import decompose, month_window, why_cost
-from warehouse.analytics.ledger import LedgerError
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
+from warehouse.ledger import LedgerError, Window
+from warehouse.ledger.cost_change import decompose, month_window, why_cost
+
+NOW = dt.datetime(2026, 12, 4, tzinfo=dt.UTC)  # after both months: nothing is cut
 
 
 def _job(ing: Ingestor, job: str, model: str, start: dt.datetime, hours: int) -> None:
@@ -58,7 +60,7 @@ def test_hand_computed_decomposition(wh: Warehouse) -> None:
             Price(dt.datetime(2026, 11, 1, tzinfo=dt.UTC), "H100", "3.00"),
         ]
     )
-    change = why_cost(wh, "2026-11", cluster="c1")
+    change = why_cost(wh, "2026-11", cluster="c1", now=NOW)
     assert change.previous.total == Decimal("30.00") and change.current.total == Decimal("60.00")
     assert (change.volume, change.mix, change.price) == (Decimal(0), Decimal(10), Decimal(20))
     assert change.unallocated_share == 0  # no inventory: nothing unallocated to share
@@ -73,12 +75,12 @@ def test_hand_computed_decomposition(wh: Warehouse) -> None:
         "price": "20.00",
         "unallocated_share": "0.00",
     }
-    tenant = why_cost(wh, "2026-11", tenant="ml/vision", cluster="c1")
+    tenant = why_cost(wh, "2026-11", tenant="ml/vision", cluster="c1", now=NOW)
     assert tenant.change == Decimal(30)
 
 
 def test_month_parsing() -> None:
-    assert month_window("2026-12") == (
+    assert month_window("2026-12") == Window(
         dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
         dt.datetime(2027, 1, 1, tzinfo=dt.UTC),
     )
@@ -87,7 +89,7 @@ def test_month_parsing() -> None:
 
 
 def test_first_month_is_all_volume() -> None:
-    from warehouse.analytics.cost_change import MonthCost
+    from warehouse.ledger.cost_change import MonthCost
 
     empty = MonthCost("2026-10", {}, {}, Decimal(0), 0.0)
     now = MonthCost("2026-11", {"H100": 5.0}, {"H100": Decimal("10.00")}, Decimal("1.00"), 0.0)

@@ -11,10 +11,9 @@ from conftest import recent
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent
 from dashboards.app import create_app
-from gpuledger.settings import load_settings
-from warehouse import queries
+from warehouse.analytics import fleet as fleet_view
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
 
 # The fixture cluster, hour by hour (samples every 60 s, utilisation constant per GPU):
 #
@@ -104,26 +103,25 @@ def fleet(wh: Warehouse) -> Warehouse:
 
 
 def test_fleet_hourly_matches_the_hand_computed_table(fleet: Warehouse) -> None:
-    got = queries.fleet_hourly(fleet, "c1", H10, NOW)
+    got = fleet_view.fleet_hourly(fleet, "c1", H10, NOW)
     assert got["ts"].to_list() == [H10 + dt.timedelta(hours=h) for h in range(3)]
     assert got["capacity_gpus"].to_list() == [2, 2, 2]
     assert [round(v, 6) for v in got["allocated_gpus"].to_list()] == [1.0, 0.5, 0.5]
     assert [round(v, 4) for v in got["used_gpus"].to_list()] == [0.7, 0.7, 0.7]
     # an open interval is clipped at the window's end, not extended to "now"
-    half = queries.fleet_hourly(fleet, "c1", H10, H10 + dt.timedelta(hours=2, minutes=30))
+    half = fleet_view.fleet_hourly(fleet, "c1", H10, H10 + dt.timedelta(hours=2, minutes=30))
     assert round(half["allocated_gpus"][-1], 6) == 0.25
 
 
 def test_fleet_summary_and_clusters(fleet: Warehouse) -> None:
-    summary = queries.fleet_summary(fleet, "c1")
+    summary = fleet_view.fleet_summary(fleet, "c1")
     assert summary.rows() == [("H100", "healthy", 2, 2.0)]
-    clusters = queries.clusters(fleet)
+    clusters = fleet_view.clusters(fleet)
     assert clusters["cluster"].to_list() == ["c1"] and clusters["samples"][0] == 360
 
 
 def test_overview_page_serves_real_numbers(fleet: Warehouse) -> None:
-    settings = load_settings(env={}, overrides={"warehouse": {"database": fleet.database}})
-    app = create_app(fleet, settings)
+    app = create_app(fleet)
     client = app.server.test_client()
     page = client.get("/")
     assert page.status_code == 200 and b"gpuledger" in page.data

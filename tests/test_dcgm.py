@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector import dcgm
-from collector.dcgm import FIELDS, parse, parse_detailed
-from collector.dcgm_inventory import InventoryChanges, mig_fraction
-from collector.promtext import parse_text
+from collector.dcgm.collector import FIELDS, parse, parse_detailed
+from collector.dcgm.collector import collector as dcgm
+from collector.dcgm.inventory import InventoryChanges, mig_fraction
+from collector.dcgm.promtext import parse_text
 from collector.records import GpuSample, samples_frame
 
 DATA = Path(__file__).parent / "data" / "dcgm"

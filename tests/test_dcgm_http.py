@@ -25,12 +25,12 @@ import requests
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector.dcgm import FIELDS, DcgmCollector
-from collector.promtext import TextFetcher
+from collector.dcgm.collector import FIELDS, DcgmCollector
+from collector.dcgm.promtext import TextFetcher
 from collector.records import SAMPLE_SCHEMA, GpuSample, samples_frame
-from warehouse.checks import check_gpu
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.checks import check_gpu
+from warehouse.ingest.writer import Ingestor
 
 DATA = Path(__file__).parent / "data" / "dcgm"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "dcgm-exporter"

@@ -20,10 +20,10 @@ import pytest
 from conftest import recent
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
-from warehouse.analytics.energy import energy_cost
-from warehouse.analytics.ledger import UNALLOCATED
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
+from warehouse.ledger import UNALLOCATED, load_price_book
+from warehouse.ledger.energy import energy_cost
 
 T0 = recent(dt.datetime(2026, 11, 2, tzinfo=dt.UTC))
 
@@ -92,7 +92,8 @@ def test_hand_computed_energy_cost(wh: Warehouse) -> None:
         ]
     )
 
-    report = energy_cost(wh, T0, T0 + dt.timedelta(hours=3), cluster="c1")
+    book = load_price_book(wh)
+    report = energy_cost(wh, T0, T0 + dt.timedelta(hours=3), cluster="c1", prices=book)
     rows_by = report.by_key()
     assert rows_by["ml/vision"].energy_kwh == pytest.approx(0.36 + 0.36 * 3590 / 3600)
     assert rows_by[UNALLOCATED].energy_kwh == pytest.approx(0.36)
@@ -101,6 +102,6 @@ def test_hand_computed_energy_cost(wh: Warehouse) -> None:
     assert report.energy_cost == Decimal("0.14") == sum(r.energy_cost for r in report.rows)
     assert report.unpriced_kwh == 0
     by_model = energy_cost(
-        wh, T0, T0 + dt.timedelta(hours=3), cluster="c1", by="gpu_model"
+        wh, T0, T0 + dt.timedelta(hours=3), cluster="c1", group_by="gpu_model", prices=book
     ).by_key()
     assert by_model["H100"].energy_kwh == pytest.approx(0.719)

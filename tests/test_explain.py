@@ -51,7 +51,7 @@ from warehouse.analytics import explain as ex
 from warehouse.analytics import fragmentation as fr
 from warehouse.analytics import queues as qu
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
 
 WEEK = dt.timedelta(weeks=1)
 

@@ -64,7 +64,7 @@ from collector.records import GpuInventory, JobEvent, NodeInventory
 from warehouse.analytics import fragmentation as fr
 from warehouse.analytics.fragmentation import Task
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
 
 T = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 H = dt.timedelta(hours=1)

@@ -7,9 +7,9 @@ import subprocess
 
 from conftest import SHARED
 
-from collector import traces
+from collector.traces.alibaba import alibaba as traces
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 V2023 = SHARED / "data" / "alibaba-gpu-v2023"

@@ -18,7 +18,7 @@ from collector.records import (
     Tenant,
 )
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
 
 NOW = recent(dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC))
 

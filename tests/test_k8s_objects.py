@@ -1,5 +1,5 @@
-"""The pure readers of Kubernetes objects (``collector.k8s_objects``): quantities, MIG shares,
-workload types and what a Workload's pod sets ask for. What whole pods, nodes and Workloads
+"""The pure readers of Kubernetes objects (``collector.kubernetes.objects``): quantities, MIG
+shares, workload types and what a Workload's pod sets ask for. What whole pods, nodes and Workloads
 turn into is tested through the collector, against a fake API server, in
 ``test_kubernetes.py``, ``test_k8s_queue.py`` and ``test_k8s_state.py``.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.k8s_objects import (
+from collector.kubernetes.objects import (
     _Bad,
     mig_fraction,
     parse_quantity,

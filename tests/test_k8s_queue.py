@@ -1,4 +1,4 @@
-"""Kueue Workloads that wait without pods (``collector.k8s_queue``), through the real client.
+"""Kueue Workloads that wait without pods (``collector.kubernetes.queue``), through the real client.
 
 A Job that Kueue holds has a Workload and no pods. The collector reports it as the pods it asks
 for (one job per pod, as everywhere else), waiting from the Workload's creation, and its pods
@@ -35,11 +35,11 @@ from k8s_helpers import (
 )
 from kubernetes import client as k8s
 
-from collector.k8s_queue import QUEUED_REASON
-from collector.kubernetes import GAP_REASON
+from collector.kubernetes.collector import GAP_REASON
+from collector.kubernetes.queue import QUEUED_REASON
 from warehouse.analytics import queues as qu
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
 
 
 def eventually(condition: Callable[[], object], timeout: float = 5.0) -> None:

@@ -1,4 +1,4 @@
-"""The Kubernetes collector's state file (``collector.k8s_state``): restarts re-emit nothing.
+"""The Kubernetes collector's state file (``collector.kubernetes.state``): restarts re-emit nothing.
 
 Each test runs the real client against the fake API server, stops the collector, and starts a
 new one on the same state directory, as a restarted ``gpuledger collect kubernetes`` would.
@@ -36,8 +36,8 @@ from k8s_helpers import (
 )
 from kubernetes import client as k8s
 
-from collector.k8s_state import StateFile
-from collector.kubernetes import GAP_REASON
+from collector.kubernetes.collector import GAP_REASON
+from collector.kubernetes.state import StateFile
 from gpuledger.collect_commands import _source
 from gpuledger.settings import SettingsError, load_settings
 
@@ -167,7 +167,7 @@ def test_an_unreadable_state_file_is_set_aside(
     path = session.state_dir / "kubernetes-c1.json"
     path.parent.mkdir()
     path.write_text('{"format": "gpuledger-kubernetes-state", "version": 1, "cluster": "c1", "po')
-    with caplog.at_level(logging.WARNING, logger="collector.k8s_state"):
+    with caplog.at_level(logging.WARNING, logger="collector.kubernetes.state"):
         runner = session.start()
         runner.wait_events(1)  # a fresh start: "a" is reported
     assert "is unreadable" in caplog.text and "starting afresh" in caplog.text

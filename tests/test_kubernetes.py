@@ -38,7 +38,7 @@ from k8s_helpers import (
 )
 from kubernetes import client as k8s
 
-from collector.kubernetes import GAP_REASON
+from collector.kubernetes.collector import GAP_REASON
 
 
 # -- what a pod's events say --------------------------------------------------------------------

@@ -27,12 +27,12 @@ from decimal import Decimal
 
 import polars as pl
 import pytest
-from conftest import recent
+from conftest import ledger_between, recent
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price, Tenant
-from warehouse.analytics.ledger import UNALLOCATED, compute_ledger
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
+from warehouse.ledger import UNALLOCATED
 
 T0 = recent(dt.datetime(2026, 11, 2, 0, 0, tzinfo=dt.UTC))
 T10 = T0 + dt.timedelta(hours=10)
@@ -171,7 +171,7 @@ def cluster(wh: Warehouse) -> Warehouse:
 def ledger(wh: Warehouse, **kw):  # type: ignore[no-untyped-def]
     kw.setdefault("start", T0)
     kw.setdefault("end", T10)
-    return compute_ledger(wh, kw.pop("start"), kw.pop("end"), cluster="c1", **kw)
+    return ledger_between(wh, kw.pop("start"), kw.pop("end"), cluster="c1", **kw)
 
 
 def by_key(result) -> dict:  # type: ignore[no-untyped-def]

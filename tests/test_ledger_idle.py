@@ -23,12 +23,11 @@ import datetime as dt
 
 import polars as pl
 import pytest
-from conftest import recent
+from conftest import ledger_between, recent
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
-from warehouse.analytics.ledger import compute_ledger
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
 
 T0 = recent(dt.datetime(2026, 11, 2, 0, 0, tzinfo=dt.UTC))
 T6 = T0 + dt.timedelta(hours=6)
@@ -103,7 +102,7 @@ def cluster(wh: Warehouse) -> Warehouse:
 
 
 def rows(wh: Warehouse, start: dt.datetime = T0, end: dt.datetime = T6, **kw):  # type: ignore[no-untyped-def]
-    return {r.key: r for r in compute_ledger(wh, start, end, cluster="c1", **kw).rows}
+    return {r.key: r for r in ledger_between(wh, start, end, cluster="c1", **kw).rows}
 
 
 @pytest.mark.parametrize("materialized", [True, False], ids=["materialized-cte", "inlined-cte"])

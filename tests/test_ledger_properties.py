@@ -6,17 +6,13 @@ import datetime as dt
 from decimal import Decimal
 
 import polars as pl
-from conftest import recent, simulate
+from conftest import ledger_between, recent, simulate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from warehouse.analytics.ledger import (
-    GROUPINGS,
-    IdlePolicy,
-    PriceSegment,
-    build_ledger,
-    round_conserving,
-)
+from warehouse.ledger import GROUPINGS, IdlePolicy, IdleRule, Window
+from warehouse.ledger.compute import build_ledger
+from warehouse.ledger.pricing import PriceSegment, round_conserving
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 MODELS = ("H100", "A100", "L40S")
@@ -96,7 +92,15 @@ def test_conservation_for_every_policy_and_grouping(cluster, policy, by) -> None
         return
     end = capacity["ce"].max()
     ledger = build_ledger(
-        usage, capacity, prices, by=by, policy=policy, start=T0, end=end, currency="USD"
+        usage,
+        capacity,
+        prices,
+        group_by=by,
+        policy=policy,
+        window=Window(T0, end),
+        computed_until=end,
+        idle=IdleRule(),
+        currency="USD",
     )
     assert ledger.conserved
     assert sum(r.total_cost for r in ledger.rows) == ledger.totals.capacity_cost
@@ -127,7 +131,6 @@ def test_rounding_conserves_the_rounded_total(amounts: dict[str, Decimal]) -> No
 def test_no_gpu_is_ever_more_than_fully_allocated(wh, seed: int) -> None:  # type: ignore[no-untyped-def]
     """A random simulated cluster, through ingest and the SQL interval derivation: at every
     instant the shares held on each GPU add up to at most 1, and the ledger conserves."""
-    from warehouse.analytics.ledger import compute_ledger
 
     cluster = f"rand-{seed}"
     now = recent(dt.datetime(2026, 11, 20, tzinfo=dt.UTC))
@@ -143,6 +146,6 @@ def test_no_gpu_is_ever_more_than_fully_allocated(wh, seed: int) -> None:  # typ
         {"c": cluster},
     )[0][0]
     assert 0 < peak <= 1 + 1e-6
-    ledger = compute_ledger(wh, now - dt.timedelta(hours=12), now, cluster=cluster)
+    ledger = ledger_between(wh, now - dt.timedelta(hours=12), now, cluster=cluster)
     assert ledger.conserved
     assert ledger.totals.allocated_gpu_hours <= ledger.totals.capacity_gpu_hours + 1e-6

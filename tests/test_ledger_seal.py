@@ -22,15 +22,14 @@ from unittest import mock
 
 import polars as pl
 import pytest
-from conftest import recent, simulate
+from conftest import idle_rule, ledger_between, recent, simulate, usage_between
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
-from warehouse.analytics import seal
-from warehouse.analytics.ledger import compute_ledger, usage_frame
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
+from warehouse.ledger import seal
 
 D0 = recent(dt.datetime(2026, 11, 2, tzinfo=dt.UTC), margin=dt.timedelta(days=4))
 DAY = dt.timedelta(days=1)
@@ -100,12 +99,12 @@ def ingest(wh: Warehouse) -> Ingestor:
 
 
 def _seal(wh: Warehouse, **kw: float) -> seal.SealReport:
-    settings = {"idle_threshold_ratio": 0.05, "idle_min_duration_s": 1800, **kw}
-    return seal.seal_days(wh, since=D0.date(), until=D3.date(), **settings)  # type: ignore[arg-type]
+    now = dt.datetime.now(dt.UTC)
+    return seal.seal_days(wh, idle=idle_rule(**kw), now=now, since=D0.date(), until=D3.date())
 
 
 def _figures(wh: Warehouse, start: dt.datetime, end: dt.datetime, **kw: object) -> dict:  # type: ignore[type-arg]
-    ledger = compute_ledger(wh, start, end, cluster="c1", **kw)  # type: ignore[arg-type]
+    ledger = ledger_between(wh, start, end, cluster="c1", **kw)  # type: ignore[arg-type]
     return {r.key: (r.allocated_gpu_hours, r.used_gpu_hours, r.idle_gpu_hours) for r in ledger.rows}
 
 
@@ -125,10 +124,10 @@ def test_sealed_days_give_the_hand_computed_figures(ingest: Ingestor) -> None:
     _same(_figures(wh, D0, D3), EXPECT)
     _same(_figures(wh, D0, D3, sealed=False), EXPECT)
     # read from the seals: a row per interval and day, the days' rows adding up
-    rows = usage_frame(wh, D0, D3).filter(pl.col("job_id") == "jB").sort("s")
+    rows = usage_between(wh, D0, D3).filter(pl.col("job_id") == "jB").sort("s")
     assert rows["s"].to_list() == [h(10), D1, D2] and rows["e"].to_list() == [D1, D2, h(60)]
-    assert usage_frame(wh, D0, D3, sealed=False).filter(pl.col("job_id") == "jB").height == 1
-    first = usage_frame(wh, D0, D1).filter(pl.col("job_id") == "jA")
+    assert usage_between(wh, D0, D3, sealed=False).filter(pl.col("job_id") == "jB").height == 1
+    first = usage_between(wh, D0, D1).filter(pl.col("job_id") == "jA")
     assert first["idle_gpu_hours"].to_list() == [pytest.approx(2.0)]  # judged by its 4 hours
 
 
@@ -142,14 +141,14 @@ def test_partial_days_at_the_edges_are_computed_live(
     _same(got, _figures(wh, start, D3, sealed=False))
     assert got["t-jA"] == pytest.approx((7.0, 0.8 * 3, 4.0))
     assert got["t-jB"] == pytest.approx((39.0, 19.5, 0.0))
-    jb = usage_frame(wh, start, D3).filter(pl.col("job_id") == "jB").sort("s")
+    jb = usage_between(wh, start, D3).filter(pl.col("job_id") == "jB").sort("s")
     assert jb["s"].to_list() == [start, D1, D2]  # live head, sealed D1 and D2
     # edges on both sides: one live query is cheaper than two around a few sealed rows ...
     end = h(51)  # D2 03:00
-    assert usage_frame(wh, start, end).filter(pl.col("job_id") == "jB").height == 1
+    assert usage_between(wh, start, end).filter(pl.col("job_id") == "jB").height == 1
     # ... and where the sealed rows stand for more minutes, the edges are live and D1 sealed
     monkeypatch.setattr(seal, "_LIVE_QUERY_ROWS", 0)
-    jb = usage_frame(wh, start, end).filter(pl.col("job_id") == "jB").sort("s")
+    jb = usage_between(wh, start, end).filter(pl.col("job_id") == "jB").sort("s")
     assert jb["s"].to_list() == [start, D1, D2]
     got = _figures(wh, start, end)
     _same(got, _figures(wh, start, end, sealed=False))
@@ -169,7 +168,7 @@ def test_a_late_sample_puts_its_day_back_on_the_live_query(ingest: Ingestor) -> 
     report = _seal(wh)
     assert report.sealed == (D1.date(),) and report.still_sealed == 2
     _same(_figures(wh, D0, D3), want)
-    assert usage_frame(wh, D0, D3).filter(pl.col("job_id") == "jB").height == 3  # sealed again
+    assert usage_between(wh, D0, D3).filter(pl.col("job_id") == "jB").height == 3  # sealed again
 
 
 def _kept_rows(wh: Warehouse) -> dict[dt.date, dict[int, int]]:
@@ -195,7 +194,7 @@ def test_sealing_a_day_again_deletes_the_rows_of_the_seal_it_replaces(ingest: In
     assert ingest.write_samples(late.filter(pl.col("gpu_uuid") == "G1")).quarantined_total == 0
     assert _seal(wh).sealed == (D1.date(),)
     after = _kept_rows(wh)
-    latest = seal.seals(wh, seal.day_number(D1), seal.day_number(D2), 0.05, 1800)
+    latest = seal.seals(wh, seal.day_number(D1), seal.day_number(D2), idle_rule())
     ((new_id, _, _, rows),) = latest.values()
     assert after[D1.date()] == {new_id: rows} and new_id not in before[D1.date()]
     assert after[D0.date()] == before[D0.date()] and after[D2.date()] == before[D2.date()]
@@ -218,13 +217,13 @@ def test_a_seal_replaced_while_being_read_gives_way_to_the_live_query(
     deletes them: the reader finds fewer rows than the seal recorded and computes live."""
     wh = ingest.wh
     _seal(wh)
-    ((d1_id, *_),) = seal.seals(wh, seal.day_number(D1), seal.day_number(D2), 0.05, 1800).values()
+    ((d1_id, *_),) = seal.seals(wh, seal.day_number(D1), seal.day_number(D2), idle_rule()).values()
     seal._drop_rows(wh, seal.day_number(D1), d1_id, "")
     assert D1.date() not in _kept_rows(wh)
-    ledger = compute_ledger(wh, D0, D3, cluster=cluster)
+    ledger = ledger_between(wh, D0, D3, cluster=cluster)
     got = {r.key: (r.allocated_gpu_hours, r.used_gpu_hours, r.idle_gpu_hours) for r in ledger.rows}
     _same(got, EXPECT)
-    rows = usage_frame(wh, D0, D3, cluster=cluster).filter(pl.col("job_id") == "jB")
+    rows = usage_between(wh, D0, D3, cluster=cluster).filter(pl.col("job_id") == "jB")
     assert rows.height == 1  # one live query over the whole window
 
 
@@ -265,8 +264,14 @@ def test_minutes_dropped_after_sealing_leave_the_sealed_figures(ingest: Ingestor
 
 def test_the_sealer_thread_seals_the_finished_days_until_stopped(ingest: Ingestor) -> None:
     wh, stop = ingest.wh, threading.Event()
-    settings = {"idle_threshold_ratio": 0.05, "idle_min_duration_s": 1800}
-    thread = seal.start_sealer(wh, stop, interval_s=0.2, first_after_s=0.0, **settings)
+    thread = seal.start_sealer(
+        wh,
+        stop,
+        interval_s=0.2,
+        first_after_s=0.0,
+        idle=idle_rule(),
+        clock=lambda: dt.datetime.now(dt.UTC),
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(_sealed_days(wh)) < 3:
@@ -298,12 +303,12 @@ def test_sealed_days_change_no_figure_of_a_random_cluster(
     cluster = f"sealed-{seed}"
     now = recent(dt.datetime(2026, 11, 20, 6, tzinfo=dt.UTC))
     simulate(wh, cluster=cluster, days=2, gpus=8, seed=seed, now=now)
-    report = seal.seal_days(wh, idle_threshold_ratio=0.05, idle_min_duration_s=1800)
+    report = seal.seal_days(wh, idle=idle_rule(), now=dt.datetime.now(dt.UTC))
     assert report.sealed or report.still_sealed
     start = now.replace(hour=0) - 2 * DAY + dt.timedelta(hours=start_h)
     end = min(start + dt.timedelta(hours=hours), now)
     with mock.patch.object(seal, "_LIVE_QUERY_ROWS", 0):  # edges live around any sealed day
-        ledgers = [compute_ledger(wh, start, end, cluster=cluster, sealed=s) for s in (True, False)]
+        ledgers = [ledger_between(wh, start, end, cluster=cluster, sealed=s) for s in (True, False)]
     sealed, live = ({r.key: r for r in ledger.rows} for ledger in ledgers)
     assert sealed.keys() == live.keys()
     for key, row in live.items():

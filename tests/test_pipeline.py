@@ -24,9 +24,9 @@ from collector.records import (
     Reject,
 )
 from collector.spool import Spool, dump_batch, load_batch
-from gpuledger.coalesce import Coalescer
 from gpuledger.server import register
 from warehouse.client import Warehouse
+from warehouse.ingest.coalesce import Coalescer
 
 T0 = recent(dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC))
 

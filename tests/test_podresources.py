@@ -23,8 +23,7 @@ from conftest import SqlRows, give_inventory, recent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.pipeline import WarehouseSink
-from collector.podresources import (
+from collector.kubernetes.podresources import (
     EGROUP,
     I32,
     I64,
@@ -51,7 +50,8 @@ from gpuledger.agent import make_pipeline
 from gpuledger.settings import load_settings
 from tests import nvml_stub
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.sink import WarehouseSink
+from warehouse.ingest.writer import Ingestor
 
 NOW = recent(dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC))
 H0 = "GPU-11111111-2222-3333-4444-555555555555"
@@ -337,7 +337,7 @@ def test_enricher_labels_whole_mig_shared_and_indexed_gpus(
         node="n1",
         mig_uuids=lambda: {MIG13: GpuSlot(A100, "13")},
     )
-    with caplog.at_level(logging.WARNING, "collector.podresources"):
+    with caplog.at_level(logging.WARNING, "collector.kubernetes.podresources"):
         out = enrich(Batch(samples=node_samples()))
         frame = pl.DataFrame(node_samples(), schema=SAMPLE_SCHEMA, orient="row")
         out_frame = enrich(Batch(samples=frame))
@@ -387,7 +387,7 @@ def test_enricher_without_a_kubelet_passes_samples_unlabelled_and_recovers(
     clock = Clock()
     enrich = PodResourcesEnricher(PodResourcesClient(str(sock)), refresh_s=5, clock=clock)
     batch = Batch(samples=[sample(H0, 0)])
-    with caplog.at_level(logging.INFO, "collector.podresources"):
+    with caplog.at_level(logging.INFO, "collector.kubernetes.podresources"):
         for _ in range(3):
             assert enrich(batch) == batch  # unlabelled, not lost
             clock.now += 5

@@ -19,10 +19,10 @@ from conftest import recent
 from collector.records import Batch, GpuHealth, GpuInventory, GpuProcess, GpuSample, Reject
 from gpuledger import app
 from gpuledger.cli import main
-from warehouse.checks import unknown_gpu_reason
 from warehouse.client import Warehouse, WarehouseError
-from warehouse.ingest import Ingestor
-from warehouse.quarantine import Filters, rebuild, replay
+from warehouse.ingest.checks import unknown_gpu_reason
+from warehouse.ingest.quarantine import Filters, rebuild, replay
+from warehouse.ingest.writer import Ingestor
 
 NOW = recent(dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC))
 START = NOW - dt.timedelta(hours=1)
@@ -300,7 +300,7 @@ SCRIPT = """
 import datetime as dt, sys
 from collector.records import GpuInventory, GpuSample
 from warehouse.client import connect
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
 from warehouse.migrate import RenderOptions, migrate
 
 wh = connect("chdb://" + sys.argv[1], "gpuledger")

@@ -46,7 +46,7 @@ import pytest
 from collector.records import JobEvent
 from warehouse.analytics import queues as qu
 from warehouse.client import Warehouse
-from warehouse.ingest import Ingestor
+from warehouse.ingest.writer import Ingestor
 
 T0 = dt.datetime(2026, 3, 2, 8, 0, tzinfo=dt.UTC)
 END = T0 + dt.timedelta(hours=4)

@@ -1,4 +1,4 @@
-"""Unit tests of the synthetic cluster (collector.simulator): records, behaviour, realism.
+"""Unit tests of the synthetic cluster (collector.sim.simulator): records, behaviour, realism.
 
 One 7-day run of the default 64-GPU cluster (seed 0) is shared by most tests; its samples are
 kept as a slim frame (the columns the checks need, strings as categoricals) to stay small.
@@ -18,8 +18,8 @@ import polars as pl
 import pytest
 
 from collector.records import SAMPLE_SCHEMA, TERMINAL_EVENTS, UTC, GpuInventory, JobEvent
-from collector.sim_samples import load_reference
-from collector.simulator import Simulator, SimulatorConfig
+from collector.sim.samples import load_reference
+from collector.sim.simulator import Simulator, SimulatorConfig
 
 START = dt.datetime(2025, 3, 3, tzinfo=UTC)  # a Monday
 END = START + dt.timedelta(days=7)

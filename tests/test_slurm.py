@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collector.records import JOB_EVENTS, GpuSample, JobEvent, TenantRule, samples_frame
-from collector.slurm import (
+from collector.slurm.collector import (
     SACCT_FIELDS,
     GpuSlot,
     SlurmCollector,

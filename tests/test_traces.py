@@ -1,7 +1,7 @@
 """Public trace replay: Alibaba GPU v2023 (openb) and v2025 (DLRM serving).
 
 The published files under shared/data are read once per module. Counts are checked against
-the numbers the trace authors published and, independently of collector.traces, against
+the numbers the trace authors published and, independently of collector.traces.alibaba, against
 the CSVs themselves (csv module / polars).
 """
 
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from collector.records import JOB_EVENTS, TERMINAL_EVENTS, Batch, JobEvent
 from collector.tenancy import UNMAPPED
-from collector.traces import (
+from collector.traces.alibaba import (
     TraceError,
     alibaba_v2023,
     alibaba_v2025,

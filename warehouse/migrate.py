@@ -22,7 +22,7 @@ import hashlib
 import re
 from importlib import resources
 
-from .client import Warehouse, WarehouseError
+from warehouse.client import Warehouse, WarehouseError
 
 _PLACEHOLDER = re.compile(r"\$\{(\w+)(?::([A-Za-z]+)(?:\((.*?)\))?)?\}")
 _TABLE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+\$\{db\}\.(\w+)\$\{local\}", re.I)

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from .client import Warehouse
+from warehouse.client import Warehouse
 
 
 @functools.cache
@@ -22,24 +22,22 @@ def sql(name: str) -> str:
     return resources.files("warehouse.sql").joinpath(f"{name}.sql").read_text(encoding="utf-8")
 
 
+def render(name: str, **parts: str) -> str:
+    """``sql/<name>.sql`` with each ``{{part}}`` replaced by a fixed piece of SQL (another
+    named query, a keyword, engine settings); values never go this way, only as parameters."""
+    text = sql(name)
+    for key, piece in parts.items():
+        text = text.replace("{{" + key + "}}", piece)
+    if "{{" in text:
+        raise ValueError(
+            f"sql/{name}.sql has a part nobody filled: {text[text.index('{{') :][:40]}"
+        )
+    return text
+
+
 def run(wh: Warehouse, name: str, **params: Any) -> pl.DataFrame:
     """Run the named query with ``params`` (plus ``db``) and return a frame."""
     return wh.frame(sql(name), {"db": wh.database, **params})
-
-
-def fleet_hourly(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
-    """Per hour: capacity_gpus, allocated_gpus, used_gpus (see ``sql/fleet_hourly.sql``)."""
-    return run(wh, "fleet_hourly", cluster=cluster, start=start, end=end)
-
-
-def fleet_summary(wh: Warehouse, cluster: str) -> pl.DataFrame:
-    """GPUs in inventory now, by model and health."""
-    return run(wh, "fleet_summary", cluster=cluster)
-
-
-def clusters(wh: Warehouse) -> pl.DataFrame:
-    """Clusters with samples: cluster, first_hour, last_hour, samples."""
-    return run(wh, "clusters")
 
 
 def last_sample(wh: Warehouse, cluster: str) -> dt.datetime | None:

@@ -14,7 +14,7 @@ from dash import Input, Output, callback, dcc, html
 from dash.development.base_component import Component
 
 from dashboards import context
-from warehouse import queries
+from warehouse.analytics import fleet
 
 dash.register_page(__name__, path="/", name="Overview", title="gpuledger — fleet overview")
 
@@ -54,7 +54,7 @@ def layout(**_query: str) -> html.Div:
     Input("overview-cluster", "value"),
 )
 def _clusters(_n: int | None, current: str | None) -> tuple[list[str], str | None]:
-    names = queries.clusters(context.get().wh)["cluster"].to_list()
+    names = fleet.clusters(context.get().wh)["cluster"].to_list()
     return names, current if current in names else (names[0] if names else None)
 
 
@@ -93,7 +93,7 @@ def _refresh(
     wh = context.get().wh
     end = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
     start = end - dt.timedelta(days=RANGES.get(range_key, 7))
-    hourly = queries.fleet_hourly(wh, cluster, start, end)
+    hourly = fleet.fleet_hourly(wh, cluster, start, end)
     for column, name in (
         ("capacity_gpus", "Capacity"),
         ("allocated_gpus", "Allocated"),
@@ -106,7 +106,7 @@ def _refresh(
             mode="lines",
             line={"shape": "hv"} if column == "capacity_gpus" else {},
         )
-    inventory = queries.fleet_summary(wh, cluster)
+    inventory = fleet.fleet_summary(wh, cluster)
     if hourly.height:
         cap, alloc, used = (
             _mean(hourly, c) for c in ("capacity_gpus", "allocated_gpus", "used_gpus")

@@ -1,1 +1,2 @@
-"""Analytics: the ledger and what explains it."""
+"""Analytics beside the ledger: fragmentation (FGD, stranded GPUs), queues (waits, failures),
+explanations of jobs, GPUs and tenants (``why``), and the fleet's hourly picture."""

@@ -1,0 +1,1 @@
+"""collector.kubernetes."""

@@ -1,0 +1,26 @@
+"""The fleet at a glance: which clusters the warehouse holds, GPUs by model and health, and
+capacity, allocation and use hour by hour (the dashboard's overview)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+
+from warehouse.client import Warehouse
+from warehouse.queries import run
+
+
+def fleet_hourly(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+    """Per hour: capacity_gpus, allocated_gpus, used_gpus (see ``sql/fleet_hourly.sql``)."""
+    return run(wh, "fleet_hourly", cluster=cluster, start=start, end=end)
+
+
+def fleet_summary(wh: Warehouse, cluster: str) -> pl.DataFrame:
+    """GPUs in inventory now, by model and health."""
+    return run(wh, "fleet_summary", cluster=cluster)
+
+
+def clusters(wh: Warehouse) -> pl.DataFrame:
+    """Clusters with samples: cluster, first_hour, last_hour, samples."""
+    return run(wh, "clusters")

@@ -1,0 +1,48 @@
+"""The ledger: GPU-hours, idle time and cost attributed to tenants, to the cent.
+
+The door every consumer uses: :func:`compute_ledger` returns a frozen :class:`Ledger`;
+:func:`why_cost` explains a month's change; :func:`seal_days` keeps finished days.
+"""
+
+from warehouse.ledger.compute import compute_ledger
+from warehouse.ledger.cost_change import CostChange, why_cost
+from warehouse.ledger.pricing import PriceBook, PriceEntry, load_price_book
+from warehouse.ledger.result import (
+    GROUPINGS,
+    UNALLOCATED,
+    EnergyReport,
+    EnergyRow,
+    IdlePolicy,
+    IdleRule,
+    Ledger,
+    LedgerError,
+    LedgerRow,
+    LedgerTotals,
+    Window,
+)
+from warehouse.ledger.seal import SealReport, seal_days, start_sealer
+from warehouse.ledger.usage import SOURCES
+
+__all__ = [
+    "GROUPINGS",
+    "SOURCES",
+    "UNALLOCATED",
+    "CostChange",
+    "EnergyReport",
+    "EnergyRow",
+    "IdlePolicy",
+    "IdleRule",
+    "Ledger",
+    "LedgerError",
+    "LedgerRow",
+    "LedgerTotals",
+    "PriceBook",
+    "PriceEntry",
+    "SealReport",
+    "Window",
+    "compute_ledger",
+    "load_price_book",
+    "seal_days",
+    "start_sealer",
+    "why_cost",
+]

@@ -1,0 +1,225 @@
+"""Why cost changed month over month: volume, GPU-model mix, price, and unallocated share.
+
+For the months A (previous) and B, with H the allocated GPU-hours, s_m the share of them on
+GPU model m and p_m the effective price of m (direct cost ÷ hours, so a price change inside
+a month is weighted by when the hours fell):
+
+- volume = (H_B − H_A) · p̄_A, with p̄_A = Σ s_A,m · p_A,m  — more or fewer GPU-hours;
+- mix    = H_B · Σ (s_B,m − s_A,m) · p_A,m              — hours moved between models;
+- price  = Σ H_B,m · (p_B,m − p_A,m)                    — the price book changed;
+- unallocated share = shared_B − shared_A               — idle capacity charged on.
+
+The first three add up exactly to the change in direct cost, and with the fourth to the change
+in total cost (a model absent in A is priced at its B price, so it shows as mix, not price).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import polars as pl
+
+from warehouse.client import Warehouse
+from warehouse.ledger.compute import build_ledger, priced_inputs
+from warehouse.ledger.pricing import PriceBook, load_price_book, ms_to_hours, priced_ms
+from warehouse.ledger.result import IdlePolicy, IdleRule, LedgerError, Window
+
+_CENT = Decimal("0.01")
+
+
+@dataclasses.dataclass(frozen=True)
+class MonthCost:
+    month: str
+    gpu_hours: dict[str, float]  # per GPU model
+    direct: dict[str, Decimal]  # per GPU model, exact
+    shared: Decimal
+    idle_gpu_hours: float
+
+    @property
+    def hours(self) -> float:
+        return sum(self.gpu_hours.values())
+
+    @property
+    def total(self) -> Decimal:
+        return sum(self.direct.values(), Decimal(0)) + self.shared
+
+    def price(self, model: str) -> Decimal | None:
+        hours = self.gpu_hours.get(model, 0.0)
+        return self.direct[model] / Decimal(hours) if hours else None
+
+
+@dataclasses.dataclass(frozen=True)
+class CostChange:
+    tenant: str
+    previous: MonthCost
+    current: MonthCost
+    volume: Decimal
+    mix: Decimal
+    price: Decimal
+    unallocated_share: Decimal
+
+    @property
+    def change(self) -> Decimal:
+        return self.current.total - self.previous.total
+
+    def to_json(self) -> dict[str, Any]:
+        def money(v: Decimal) -> str:
+            return str(_cents(v))
+
+        return {
+            "tenant": self.tenant or None,
+            "previous": {
+                "month": self.previous.month,
+                "total_cost": money(self.previous.total),
+                "gpu_hours": round(self.previous.hours, 6),
+                "idle_gpu_hours": round(self.previous.idle_gpu_hours, 6),
+            },
+            "current": {
+                "month": self.current.month,
+                "total_cost": money(self.current.total),
+                "gpu_hours": round(self.current.hours, 6),
+                "idle_gpu_hours": round(self.current.idle_gpu_hours, 6),
+            },
+            "change": money(self.change),
+            "because": {
+                "volume": money(self.volume),
+                "gpu_model_mix": money(self.mix),
+                "price": money(self.price),
+                "unallocated_share": money(self.unallocated_share),
+            },
+            "by_gpu_model": {
+                m: {
+                    "previous_gpu_hours": round(self.previous.gpu_hours.get(m, 0.0), 6),
+                    "current_gpu_hours": round(self.current.gpu_hours.get(m, 0.0), 6),
+                    "previous_price": _opt(self.previous.price(m)),
+                    "current_price": _opt(self.current.price(m)),
+                }
+                for m in sorted(set(self.previous.gpu_hours) | set(self.current.gpu_hours))
+            },
+        }
+
+    def to_text(self) -> str:
+        who = f"tenant {self.tenant}" if self.tenant else "the cluster"
+        a, b = self.previous, self.current
+        verb = "rose" if self.change > 0 else "fell" if self.change < 0 else "did not change"
+        lines = [
+            f"Cost of {who} {verb} from {a.total.quantize(_CENT)} in {a.month} to "
+            f"{b.total.quantize(_CENT)} in {b.month} ({_cents(self.change):+}):"
+        ]
+        parts = (
+            ("volume", self.volume, f"{a.hours:,.1f} → {b.hours:,.1f} GPU-hours"),
+            ("GPU-model mix", self.mix, "hours moved between models"),
+            ("price", self.price, "the price book changed"),
+            (
+                "unallocated share",
+                self.unallocated_share,
+                f"idle capacity charged on; idle allocated GPU-hours {a.idle_gpu_hours:,.1f}"
+                f" → {b.idle_gpu_hours:,.1f}",
+            ),
+        )
+        for name, amount, note in sorted(parts, key=lambda p: -abs(p[1])):
+            lines.append(f"  {name:<18} {_cents(amount):>+12}  ({note})")
+        return "\n".join(lines)
+
+
+def _cents(v: Decimal) -> Decimal:
+    return v.quantize(_CENT) + Decimal(0)  # + 0 turns -0.00 into 0.00
+
+
+def _opt(v: Decimal | None) -> str | None:
+    return None if v is None else str(v.quantize(Decimal("0.0001")))
+
+
+def decompose(tenant: str, a: MonthCost, b: MonthCost) -> CostChange:
+    """The four effects, exact (pure: no I/O)."""
+    models = set(a.gpu_hours) | set(b.gpu_hours)
+    p_a = {m: a.price(m) or b.price(m) or Decimal(0) for m in models}
+    p_b = {m: b.price(m) or p_a[m] for m in models}
+    h_a, h_b = Decimal(a.hours), Decimal(b.hours)
+    s_a = {m: Decimal(a.gpu_hours.get(m, 0.0)) / h_a if h_a else Decimal(0) for m in models}
+    s_b = {m: Decimal(b.gpu_hours.get(m, 0.0)) / h_b if h_b else Decimal(0) for m in models}
+    avg_a = sum((s_a[m] * p_a[m] for m in models), Decimal(0))
+    volume = (h_b - h_a) * avg_a
+    mix = h_b * sum(((s_b[m] - s_a[m]) * p_a[m] for m in models), Decimal(0))
+    price = sum((Decimal(b.gpu_hours.get(m, 0.0)) * (p_b[m] - p_a[m]) for m in models), Decimal(0))
+    if not h_a:  # nothing to compare with: everything is volume
+        volume, mix, price = sum(b.direct.values(), Decimal(0)), Decimal(0), Decimal(0)
+    return CostChange(tenant, a, b, volume, mix, price, b.shared - a.shared)
+
+
+def month_window(month: str) -> Window:
+    try:
+        first = dt.datetime.strptime(month, "%Y-%m").replace(tzinfo=dt.UTC)
+    except ValueError:
+        raise LedgerError(f"--month {month!r} is not a month: use YYYY-MM") from None
+    nxt = (first + dt.timedelta(days=32)).replace(day=1)
+    return Window(first, nxt)
+
+
+def month_cost(
+    wh: Warehouse,
+    month: str,
+    *,
+    now: dt.datetime,
+    prices: PriceBook,
+    tenant: str = "",
+    cluster: str = "",
+    policy: IdlePolicy = IdlePolicy.WEIGHTED,
+    idle: IdleRule | None = None,
+) -> MonthCost:
+    """A month's GPU-hours and direct cost per model, and the shared (unallocated) cost, for
+    ``tenant`` (or the whole cluster when empty)."""
+    window = month_window(month)
+    idle = idle or IdleRule()
+    usage, capacity, segments = priced_inputs(
+        wh, window, now=now, idle=idle, prices=prices, cluster=cluster
+    )
+    whole = build_ledger(
+        usage,
+        capacity if capacity.height else None,
+        segments,
+        group_by="tenant",
+        policy=policy,
+        window=window,
+        computed_until=window.until(now),
+        idle=idle,
+        currency=prices.currency,
+    )
+    if tenant:
+        row = whole.row(tenant)
+        shared = row.shared_cost if row else Decimal(0)
+        usage = usage.filter(pl.col("tenant") == tenant)
+    else:
+        shared = sum((r.shared_cost for r in whole.rows), Decimal(0)) + whole.totals.unshared_cost
+    # direct cost per model, exact (unrounded), so that an unchanged price shows no effect
+    keyed = usage.with_row_index("_row").with_columns(pl.col("gpu_model").alias("_key"))
+    priced, _unpriced = priced_ms(keyed, segments, "s", "e", "allocated_gpu_ms", ["_key"])
+    direct: dict[str, Decimal] = {}
+    for model, seg, ms in priced.iter_rows():
+        direct[model] = direct.get(model, Decimal(0)) + ms_to_hours(ms) * segments[seg].price
+    hours = keyed.group_by("_key").agg(pl.col("allocated_gpu_ms").sum() / 3.6e6)
+    gpu_hours = {m: float(h) for m, h in hours.iter_rows()}
+    for model in gpu_hours:
+        direct.setdefault(model, Decimal(0))
+    return MonthCost(month, gpu_hours, direct, shared, float(usage["idle_gpu_hours"].sum() or 0.0))
+
+
+def why_cost(
+    wh: Warehouse,
+    month: str,
+    *,
+    now: dt.datetime,
+    tenant: str = "",
+    cluster: str = "",
+    idle: IdleRule | None = None,
+    prices: PriceBook | None = None,
+) -> CostChange:
+    """Why ``month``'s cost differs from the month before it."""
+    window = month_window(month)
+    previous = (window.start - dt.timedelta(days=1)).strftime("%Y-%m")
+    book = prices if prices is not None else load_price_book(wh)
+    kw = {"now": now, "prices": book, "tenant": tenant, "cluster": cluster, "idle": idle}
+    return decompose(tenant, month_cost(wh, previous, **kw), month_cost(wh, month, **kw))

@@ -1,0 +1,241 @@
+"""The ledger's typed answer: what every consumer (CLI, dashboards, reports, scheduler hooks)
+receives from :func:`warehouse.ledger.compute_ledger`, frozen so no consumer completes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+from decimal import Decimal
+from typing import Any
+
+GROUPINGS = (
+    "tenant",
+    "org",
+    "project",
+    "user",
+    "gpu_model",
+    "pool",
+    "node",
+    "queue",
+    "workload_type",
+)
+UNALLOCATED = "__unallocated__"
+_DAY = dt.timedelta(days=1)
+
+
+class LedgerError(ValueError):
+    """A ledger request that cannot be answered as asked (bad grouping, window, policy)."""
+
+
+class IdlePolicy(enum.StrEnum):
+    """How the cost of capacity nobody held is shared (OpenCost's share policies)."""
+
+    WEIGHTED = "weighted"  # in proportion to each group's direct cost
+    EVEN = "even"  # the same share for each group
+    NONE = "none"  # kept on its own __unallocated__ line
+
+    @classmethod
+    def parse(cls, value: str | IdlePolicy) -> IdlePolicy:
+        try:
+            return cls(value)
+        except ValueError:
+            raise LedgerError(
+                f"idle policy {value!r} is not one of {', '.join(p.value for p in cls)}"
+            ) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class IdleRule:
+    """Allocated time counts as idle when utilisation stays under ``threshold_ratio`` (0-1)
+    for at least ``min_duration_s`` seconds."""
+
+    threshold_ratio: float = 0.05
+    min_duration_s: int = 1800
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """The time the ledger covers, [start, end) in UTC. Built from days with :meth:`days`,
+    where the last day is included, as the user typed it."""
+
+    start: dt.datetime
+    end: dt.datetime
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise LedgerError("a window's start and end need a UTC offset")
+        if self.end <= self.start:
+            raise LedgerError(
+                f"the window is empty: it ends ({self.last_day}) before it starts "
+                f"({self.start.date()}); put --from before --to"
+            )
+
+    @classmethod
+    def days(cls, first: dt.date, last: dt.date) -> Window:
+        """Midnight UTC of ``first`` to the end of ``last`` (included)."""
+        if last < first:
+            raise LedgerError(
+                f"the window is empty: --to {last} is before --from {first}; put --from before --to"
+            )
+        start = dt.datetime(first.year, first.month, first.day, tzinfo=dt.UTC)
+        end = dt.datetime(last.year, last.month, last.day, tzinfo=dt.UTC) + _DAY
+        return cls(start, end)
+
+    @property
+    def whole_days(self) -> bool:
+        return self.start.time() == dt.time() and self.end.time() == dt.time()
+
+    @property
+    def first_day(self) -> dt.date:
+        return self.start.date()
+
+    @property
+    def last_day(self) -> dt.date:
+        """The last day the window touches (the inclusive end a user typed)."""
+        return (self.end - dt.timedelta(microseconds=1)).date()
+
+    def until(self, now: dt.datetime) -> dt.datetime:
+        """The window's end cut at ``now``: running jobs and present GPUs count up to now,
+        never into a future that has not happened."""
+        return max(self.start, min(self.end, now))
+
+    def to_json(self) -> dict[str, str]:
+        if self.whole_days:
+            return {"from": self.first_day.isoformat(), "to": self.last_day.isoformat()}
+        return {"from": self.start.isoformat(), "to": self.end.isoformat()}
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerRow:
+    """One group's line: its GPU-hours, and its cost (direct plus its share of unallocated)."""
+
+    key: str
+    allocated_gpu_hours: float
+    used_gpu_hours: float | None  # None: no samples measured these hours
+    idle_gpu_hours: float | None
+    direct_cost: Decimal
+    shared_cost: Decimal
+    total_cost: Decimal
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerTotals:
+    capacity_gpu_hours: float | None  # None: the data has no inventory (a bare trace)
+    healthy_gpu_hours: float | None
+    unhealthy_gpu_hours: float | None
+    allocated_gpu_hours: float
+    used_gpu_hours: float | None
+    idle_gpu_hours: float | None
+    unallocated_gpu_hours: float | None
+    stranded_gpu_hours: float | None  # None: several clusters, or nothing to measure
+    unpriced_gpu_hours: float
+    capacity_cost: Decimal | None
+    unshared_cost: Decimal
+    total_cost: Decimal
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergyRow:
+    key: str
+    energy_kwh: float
+    energy_cost: Decimal
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergyReport:
+    """Energy beside the GPU-hour ledger (from the GPUs' energy counters), priced per kWh."""
+
+    rows: tuple[EnergyRow, ...]
+    energy_kwh: float
+    energy_cost: Decimal
+    unpriced_kwh: float  # energy in hours with no energy_kwh price in effect
+
+    def by_key(self) -> dict[str, EnergyRow]:
+        return {r.key: r for r in self.rows}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows": [
+                {
+                    "key": r.key,
+                    "energy_kwh": round(r.energy_kwh, 6),
+                    "energy_cost": str(r.energy_cost),
+                }
+                for r in self.rows
+            ],
+            "energy_kwh": round(self.energy_kwh, 6),
+            "energy_cost": str(self.energy_cost),
+            "unpriced_kwh": round(self.unpriced_kwh, 6),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Ledger:
+    """GPU-hours, idle time and cost of ``window`` grouped by ``group_by``.
+
+    ``computed_until`` is where the clock cut the window (``now`` when the window reaches
+    into the future). ``rows`` include the unshared ``__unallocated__`` line under the
+    ``none`` policy; ``conserved`` says whether rows add up to capacity cost to the cent.
+    """
+
+    window: Window
+    computed_until: dt.datetime
+    group_by: str
+    idle_policy: IdlePolicy
+    idle_rule: IdleRule
+    currency: str
+    rows: tuple[LedgerRow, ...]
+    totals: LedgerTotals
+    energy: EnergyReport | None = None
+
+    @property
+    def conserved(self) -> bool | None:
+        """Rows plus unshared lines equal capacity cost (None without inventory)."""
+        if self.totals.capacity_cost is None:
+            return None
+        return self.totals.total_cost == self.totals.capacity_cost
+
+    def row(self, key: str) -> LedgerRow | None:
+        return next((r for r in self.rows if r.key == key), None)
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.totals
+        doc: dict[str, Any] = {
+            **self.window.to_json(),
+            "computed_until": self.computed_until.isoformat(),
+            "by": self.group_by,
+            "idle_policy": self.idle_policy.value,
+            "idle_threshold_ratio": self.idle_rule.threshold_ratio,
+            "idle_min_duration_s": self.idle_rule.min_duration_s,
+            "currency": self.currency,
+            "rows": [
+                {
+                    "key": r.key,
+                    "allocated_gpu_hours": _hours(r.allocated_gpu_hours),
+                    "used_gpu_hours": _hours(r.used_gpu_hours),
+                    "idle_gpu_hours": _hours(r.idle_gpu_hours),
+                    "direct_cost": _money(r.direct_cost),
+                    "shared_cost": _money(r.shared_cost),
+                    "total_cost": _money(r.total_cost),
+                }
+                for r in self.rows
+            ],
+            "totals": {
+                f.name: (_money(v) if isinstance(v, Decimal) else _hours(v))
+                for f in dataclasses.fields(t)
+                for v in (getattr(t, f.name),)
+            },
+            "conserved": self.conserved,
+        }
+        if self.energy is not None:
+            doc["energy"] = self.energy.to_json()
+        return doc
+
+
+def _money(v: Decimal | None) -> str | None:
+    return None if v is None else str(v)
+
+
+def _hours(v: float | None) -> float | None:
+    return None if v is None else round(v, 6)

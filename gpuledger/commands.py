@@ -165,7 +165,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
-    from collector.traces.alibaba import alibaba as traces
+    from collector.traces import alibaba as traces
     from gpuledger.app import open_warehouse
     from warehouse.ingest.writer import Ingestor, IngestResult
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.dcgm import collector as dcgm
 from collector.dcgm.collector import FIELDS, parse, parse_detailed
-from collector.dcgm.collector import collector as dcgm
 from collector.dcgm.inventory import InventoryChanges, mig_fraction
 from collector.dcgm.promtext import parse_text
 from collector.records import GpuSample, samples_frame

@@ -7,7 +7,7 @@ import subprocess
 
 from conftest import SHARED
 
-from collector.traces.alibaba import alibaba as traces
+from collector.traces import alibaba as traces
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
 

@@ -27,7 +27,6 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from collector.nvml.cgroups import CgroupOwner, owner_of_pid
 from collector.nvml.backend import (
     SOURCE,
     Handle,
@@ -38,6 +37,7 @@ from collector.nvml.backend import (
     NvmlNotSupportedError,
     XidEvent,
 )
+from collector.nvml.cgroups import CgroupOwner, owner_of_pid
 from collector.records import Batch, GpuHealth, GpuInventory, GpuProcess, GpuSample, Reject
 
 __all__ = ["GpuHealth", "GpuProcess", "NvmlCollector", "NvmlPoll", "mig_profile_name"]

@@ -47,6 +47,44 @@ class Reason:
 
 
 @dataclasses.dataclass(frozen=True)
+class Lender:
+    """A tenant whose guarantee in a pool goes unused while another borrows there."""
+
+    tenant: str
+    unused_gpus: float
+    waiting_jobs: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolPosition:
+    """A tenant's position in one (pool, GPU model) at an instant: what it holds against its
+    guarantee, what it borrowed from the cohort, how much of that sits idle, and whose unused
+    guarantee it borrows. Scheduler advice reads these; ``why tenant`` explains them."""
+
+    pool: str
+    gpu_model: str
+    has_quota: bool
+    guaranteed_gpus: float
+    borrow_limit_gpus: float | None
+    held_gpus: float
+    borrowed_gpus: float
+    idle_gpus: float
+    idle_borrowed_gpus: float
+    no_samples_gpus: float
+    idle_jobs: tuple[str, ...]
+    lenders: tuple[Lender, ...]
+    reasons: tuple[Reason, ...]
+
+    def facts(self) -> dict[str, Any]:
+        """The position without its reasons, in plain types."""
+        doc = dataclasses.asdict(self)
+        doc.pop("reasons")
+        doc["idle_jobs"] = list(self.idle_jobs)
+        doc["lenders"] = [dataclasses.asdict(x) for x in self.lenders]
+        return doc
+
+
+@dataclasses.dataclass(frozen=True)
 class Explanation:
     """What a job, GPU or tenant is doing at ``at``, and why."""
 
@@ -95,9 +133,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _at(at: dt.datetime | None) -> dt.datetime:
-    if at is None:
-        return dt.datetime.now(dt.UTC)
+def _at(at: dt.datetime) -> dt.datetime:
     if not isinstance(at, dt.datetime) or at.tzinfo is None:
         raise ExplainError(f"at {at!r} must be a timezone-aware datetime (UTC)")
     return at.astimezone(dt.UTC)
@@ -160,7 +196,7 @@ def _open_allocations(
 
 
 # -- why is this job waiting ------------------------------------------------------------------
-def why_job(wh: Warehouse, cluster: str, job_id: str, at: dt.datetime | None = None) -> Explanation:
+def why_job(wh: Warehouse, cluster: str, job_id: str, at: dt.datetime) -> Explanation:
     """Why ``job_id`` is waiting at ``at``: quota, capacity, fragmentation, priority, reclaim.
 
     A job that is not waiting says what it is doing instead (running, or how it ended).
@@ -651,7 +687,7 @@ def why_tenant(
     wh: Warehouse,
     cluster: str,
     tenant: str,
-    at: dt.datetime | None = None,
+    at: dt.datetime,
     *,
     idle_threshold_ratio: float = 0.05,
     util_window_s: int = 3600,
@@ -680,11 +716,11 @@ def why_tenant(
         pool_position(tenant, pool, model, quotas, allocs, waiting, idle_threshold_ratio)
         for pool, model in sorted(keys)
     ]
-    reasons = [r for p in pools for r in p["reasons"]]
-    borrowed = sum(p["borrowed_gpus"] for p in pools)
-    idle = sum(p["idle_borrowed_gpus"] for p in pools)
-    held = sum(p["held_gpus"] for p in pools)
-    guaranteed = sum(p["guaranteed_gpus"] for p in pools)
+    reasons = [r for p in pools for r in p.reasons]
+    borrowed = sum(p.borrowed_gpus for p in pools)
+    idle = sum(p.idle_borrowed_gpus for p in pools)
+    held = sum(p.held_gpus for p in pools)
+    guaranteed = sum(p.guaranteed_gpus for p in pools)
     if any(r.code == "over_limit" for r in reasons):
         state = "over_limit"
     elif borrowed > EPS:
@@ -700,7 +736,7 @@ def why_tenant(
         f"tenant {tenant} {verdict}: holds {held:g} GPUs against {guaranteed:g} "
         f"guaranteed; borrowed {borrowed:g} from the cohort, of which {idle:g} idle"
     )
-    facts = {"pools": [{k: v for k, v in p.items() if k != "reasons"} for p in pools]}
+    facts = {"pools": [p.facts() for p in pools]}
     return Explanation("tenant", tenant, cluster, at, state, summary, tuple(reasons), facts)
 
 
@@ -712,7 +748,7 @@ def pool_position(
     allocs: pl.DataFrame,
     waiting: pl.DataFrame,
     threshold: float,
-) -> dict[str, Any]:
+) -> PoolPosition:
     """A tenant's position in one (pool, model): held, guaranteed, borrowed, idle, lenders."""
     quota = _quota(quotas, tenant, pool, model)
     guaranteed = float(quota["guaranteed_gpus"]) if quota else 0.0
@@ -725,28 +761,14 @@ def pool_position(
     idle = float(idle_rows["fraction"].sum())
     unknown = float(rows.filter(pl.col("util_mean").is_null())["fraction"].sum())
     borrowed = max(0.0, held - guaranteed)
+    idle_jobs = tuple(sorted(set(idle_rows["job_id"].to_list())))
+    lent_by = tuple(lenders(tenant, pool, model, quotas, allocs, waiting))
     label = f"pool {pool}" + (f" ({model})" if model else "")
-    position: dict[str, Any] = {
-        "pool": pool,
-        "gpu_model": model,
-        "has_quota": quota is not None,
-        "guaranteed_gpus": guaranteed,
-        "borrow_limit_gpus": limit,
-        "held_gpus": held,
-        "borrowed_gpus": borrowed,
-        "idle_gpus": idle,
-        "idle_borrowed_gpus": min(borrowed, idle),
-        "no_samples_gpus": unknown,
-        "idle_jobs": sorted(set(idle_rows["job_id"].to_list())),
-        "lenders": lenders(tenant, pool, model, quotas, allocs, waiting),
-    }
     reasons = []
     if borrowed > EPS:
-        jobs = position["idle_jobs"]
         lent = (
             ", ".join(
-                f"{x['tenant']} {x['unused_gpus']:g} unused ({x['waiting_jobs']} waiting)"
-                for x in position["lenders"]
+                f"{x.tenant} {x.unused_gpus:g} unused ({x.waiting_jobs} waiting)" for x in lent_by
             )
             or "no tenant with a quota"
         )
@@ -756,17 +778,14 @@ def pool_position(
                 "borrowing",
                 f"{label}: holds {held:g} GPUs, {quota_text}: borrowed {borrowed:g} "
                 f"from the cohort, of which {min(borrowed, idle):g} idle (under {threshold:.0%} "
-                f"over the last hour{': jobs ' + ', '.join(jobs) if jobs else ''}); unused "
-                f"guarantee it borrows: {lent}",
+                f"over the last hour{': jobs ' + ', '.join(idle_jobs) if idle_jobs else ''}); "
+                f"unused guarantee it borrows: {lent}",
                 {
-                    k: position[k]
-                    for k in (
-                        "held_gpus",
-                        "guaranteed_gpus",
-                        "borrowed_gpus",
-                        "idle_borrowed_gpus",
-                        "idle_jobs",
-                    )
+                    "held_gpus": held,
+                    "guaranteed_gpus": guaranteed,
+                    "borrowed_gpus": borrowed,
+                    "idle_borrowed_gpus": min(borrowed, idle),
+                    "idle_jobs": list(idle_jobs),
                 },
             )
         )
@@ -780,8 +799,21 @@ def pool_position(
                 {"held_gpus": held, "limit_gpus": guaranteed + float(limit)},
             )
         )
-    position["reasons"] = reasons
-    return position
+    return PoolPosition(
+        pool=pool,
+        gpu_model=model,
+        has_quota=quota is not None,
+        guaranteed_gpus=guaranteed,
+        borrow_limit_gpus=None if limit is None else float(limit),
+        held_gpus=held,
+        borrowed_gpus=borrowed,
+        idle_gpus=idle,
+        idle_borrowed_gpus=min(borrowed, idle),
+        no_samples_gpus=unknown,
+        idle_jobs=idle_jobs,
+        lenders=lent_by,
+        reasons=tuple(reasons),
+    )
 
 
 def lenders(
@@ -791,7 +823,7 @@ def lenders(
     quotas: pl.DataFrame,
     allocs: pl.DataFrame,
     waiting: pl.DataFrame,
-) -> list[dict[str, Any]]:
+) -> list[Lender]:
     """Other tenants with guarantee unused in (pool, model), with their waiting jobs there."""
     rows = quotas.filter((pl.col("pool") == pool) & (pl.col("tenant") != tenant))
     if model:
@@ -801,7 +833,5 @@ def lenders(
         unused = float(r["guaranteed_gpus"]) - _held(allocs, r["tenant"], pool, r["gpu_model"])
         if unused > EPS:
             queued = waiting.filter((pl.col("tenant") == r["tenant"]) & (pl.col("pool") == pool))
-            out.append(
-                {"tenant": r["tenant"], "unused_gpus": unused, "waiting_jobs": queued.height}
-            )
-    return sorted(out, key=lambda x: (-x["unused_gpus"], x["tenant"]))
+            out.append(Lender(r["tenant"], unused, queued.height))
+    return sorted(out, key=lambda x: (-x.unused_gpus, x.tenant))

@@ -59,8 +59,7 @@ import polars as pl
 from collector.records import GpuInventory, JobEvent, Price, Tenant
 from warehouse.client import Warehouse, connect
 from warehouse.ingest.writer import Ingestor
-from warehouse.ledger.compute import compute_ledger
-from warehouse.ledger.seal import seal_days
+from warehouse.ledger import IdleRule, Window, compute_ledger, seal_days
 from warehouse.migrate import RenderOptions, migrate
 
 OUT = Path(__file__).with_name("out")
@@ -114,6 +113,27 @@ class Cluster:
     @property
     def t1(self) -> dt.datetime:
         return self.t0 + dt.timedelta(seconds=self.seconds)
+
+
+def ledger_of(
+    wh: Warehouse,
+    t0: dt.datetime,
+    t1: dt.datetime,
+    *,
+    idle_threshold_ratio: float = 0.05,
+    idle_min_duration_s: int = 1800,
+    **kw: Any,
+) -> Any:
+    """``compute_ledger`` as the CLI calls it, without stranded hours (not part of what is
+    timed here), the clock far past the window."""
+    return compute_ledger(
+        wh,
+        Window(t0, t1),
+        now=t1,
+        idle=IdleRule(idle_threshold_ratio, idle_min_duration_s),
+        stranded=False,
+        **kw,
+    )
 
 
 def _uuid(g: int) -> str:
@@ -902,7 +922,7 @@ def bench_prometheus(
     for source in ("rollup", "raw"):
         ledger, wall, cpu = timed(
             functools.partial(
-                compute_ledger,
+                ledger_of,
                 wh,
                 cl.t0,
                 cl.t1,
@@ -999,9 +1019,15 @@ def bench_sealed(
     settings = {"idle_threshold_ratio": 0.05, "idle_min_duration_s": 1800, **idle}
     started, cpu0 = time.perf_counter(), time.process_time()
     until = (t1 + dt.timedelta(days=1) - dt.timedelta(microseconds=1)).date()
-    report = seal_days(wh, since=t0.date(), until=until, **settings)
+    report = seal_days(
+        wh,
+        idle=IdleRule(settings["idle_threshold_ratio"], settings["idle_min_duration_s"]),
+        now=dt.datetime.now(dt.UTC),
+        since=t0.date(),
+        until=until,
+    )
     seal_s, seal_cpu = time.perf_counter() - started, time.process_time() - cpu0
-    ledger, wall, cpu = timed(functools.partial(compute_ledger, wh, t0, t1, **settings))
+    ledger, wall, cpu = timed(functools.partial(ledger_of, wh, t0, t1, **settings))
     answer = per_tenant(ledger.rows)
     out = {
         "seal_s": round(seal_s, 1),
@@ -1056,7 +1082,7 @@ def bench_gpuledger(
     answers: dict[str, dict[str, tuple[float, float, float]]] = {}
     for source in ("rollup", "raw"):
         ledger, wall, cpu = timed(
-            functools.partial(compute_ledger, wh, cl.t0, cl.t1, source=source, sealed=False)
+            functools.partial(ledger_of, wh, cl.t0, cl.t1, source=source, sealed=False)
         )
         answers[source] = per_tenant(ledger.rows)
         t = ledger.totals

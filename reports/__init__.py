@@ -1,0 +1,1 @@
+"""Chargeback reports and idle-GPU alerts (planned): consumers of the ledger's public API."""

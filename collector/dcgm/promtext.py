@@ -11,18 +11,13 @@ read becomes a :class:`LineError` (line number, offending part, reason, raw line
 of the body is still parsed. Every value is a float (integers are exact up to 2**53; DCGM's
 int64 blank sentinels stay recognisable because they round to 2**63).
 
-Why not ``prometheus_client``'s parser — measured with ``benchmarks/bench_dcgm.py`` (2 shared
-cores, Python 3.11, prometheus_client 0.26; several runs, figures vary with the machine's load):
+Why not ``prometheus_client``'s parser:
 
-- speed: on dcgm bodies this parser reads 190-280k sample lines/s on the ten real files (vs
-  13-21k: 10-17x), 290-450k on a synthetic 400-line 8-GPU body (vs 13-24k: 18-28x) and
-  270-410k on a 30k-line 100-GPU body (vs 15-27k: 14-25x). dcgm-exporter repeats the *same*
-  label set on every metric of a GPU, so each line is matched by one C-level regex and each
-  distinct ``{...}`` text is parsed once per body (a cache); ``prometheus_client`` tokenises
-  every label set character by character in Python. With every label set unique (no cache
-  hits) the gap is 3.5-5x (46-105k vs 13-21k lines/s). Mapping a 400-line body to GpuSamples
-  (the metric filter skips label parsing of unmapped metrics) runs at 370-490k lines/s, and a
-  whole 400-line scrape through ``requests`` from a local server takes 2.3-3.2 ms (median);
+- speed: dcgm-exporter repeats the *same* label set on every metric of a GPU, so each line is
+  matched by one C-level regex and each distinct ``{...}`` text is parsed once per body (a
+  cache), where ``prometheus_client`` tokenises every label set character by character in
+  Python: an order of magnitude faster on real bodies (``benchmarks/bench_dcgm.py``; figures
+  in ``benchmarks/RESULTS.md``);
 - robustness: it raises ``ValueError`` at the first malformed line and stops, so one bad line
   would cost the rest of the scrape (and, through ``list()``, what was read before it);
 - fidelity: it renames the samples of a counter family without a ``_total`` suffix

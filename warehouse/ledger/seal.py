@@ -44,11 +44,10 @@ log = logging.getLogger(__name__)
 _DAY = dt.timedelta(days=1)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
-#: A live query costs a fixed part, whatever its window: the engine analysing it and reading
-#: every allocation (on 512 GPUs x 14 days on the 2-core build machine, 0.5 s for one day
-#: against 0.85 s for all 14, about 2,000 usage rows a day). With edges on both sides, two live
-#: queries replace one, which pays off only when the sealed days between them stand for more
-#: than about 15 days of that cluster's rows:
+#: A live query costs a fixed part whatever its window (analysing it, reading every
+#: allocation), so with edges on both sides two live queries replacing one pay off only when
+#: the sealed days between them stand for more than about 15 days of a cluster's rows (see
+#: benchmarks/RESULTS.md for the measurement):
 _LIVE_QUERY_ROWS = 30_000
 
 #: ledger_seals' columns and types, in the order _seal_one writes them.

@@ -500,7 +500,7 @@ def why_gpu(
     wh: Warehouse,
     cluster: str,
     gpu_uuid: str,
-    at: dt.datetime | None = None,
+    at: dt.datetime,
     *,
     mig_instance: str = "",
     idle_threshold_ratio: float = 0.05,

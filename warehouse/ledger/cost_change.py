@@ -221,5 +221,8 @@ def why_cost(
     window = month_window(month)
     previous = (window.start - dt.timedelta(days=1)).strftime("%Y-%m")
     book = prices if prices is not None else load_price_book(wh)
-    kw = {"now": now, "prices": book, "tenant": tenant, "cluster": cluster, "idle": idle}
-    return decompose(tenant, month_cost(wh, previous, **kw), month_cost(wh, month, **kw))
+    months = [
+        month_cost(wh, m, now=now, prices=book, tenant=tenant, cluster=cluster, idle=idle)
+        for m in (previous, month)
+    ]
+    return decompose(tenant, *months)

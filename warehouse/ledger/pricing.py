@@ -102,9 +102,11 @@ def price_segments(
     entries, the entries with pool '' apply. An entry lasts until the next one of its series.
     """
     series: dict[tuple[str, str], list[tuple[dt.datetime, Decimal, str]]] = defaultdict(list)
-    for e in book.entries:
-        if e.resource == "gpu_hour":
-            series[(e.gpu_model, e.pool)].append((e.effective_from, e.price, e.currency))
+    for entry in book.entries:
+        if entry.resource == "gpu_hour":
+            series[(entry.gpu_model, entry.pool)].append(
+                (entry.effective_from, entry.price, entry.currency)
+            )
     out: list[PriceSegment] = []
     for model, pool in sorted(set(pairs)):
         generic = sorted(series.get((model, ""), []))

@@ -25,11 +25,18 @@ log = logging.getLogger(__name__)
 
 
 class SinkUnavailable(Exception):
-    """The sink could not take the batch now; it will be retried from the spool."""
+    """The sink could not take the batch now; it will be retried from the spool.
+
+    Control flow between a sink and the pipeline, never shown to a user, so not a
+    :class:`gpuledger_errors.GpuledgerError`.
+    """
 
 
 class SinkRejected(Exception):
-    """The sink refused the batch itself; retrying would fail forever, so it is set aside."""
+    """The sink refused the batch itself; retrying would fail forever, so it is set aside.
+
+    Control flow between a sink and the pipeline, like :class:`SinkUnavailable`.
+    """
 
 
 class Sink(Protocol):

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpuledger_errors import ConfigError
+
 ENV_PREFIX = "GPULEDGER_"
 
 
-class SettingsError(Exception):
+class SettingsError(ConfigError):
     """A setting is unknown or has a bad value; the message names it and says what to do."""
 
 

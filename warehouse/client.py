@@ -20,10 +20,12 @@ import clickhouse_connect
 import polars as pl
 from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError
 
+from gpuledger_errors import GpuledgerError
+
 log = logging.getLogger(__name__)
 
 
-class WarehouseError(Exception):
+class WarehouseError(GpuledgerError):
     """Anything that went wrong talking to the warehouse.
 
     ``code`` and ``name`` keep ClickHouse's own error code and name when the engine gave one.

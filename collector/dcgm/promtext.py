@@ -43,6 +43,8 @@ from typing import NamedTuple
 import requests
 import urllib3
 
+from gpuledger_errors import SourceError
+
 #: A sample line: metric name, optional ``{labels}``, value, optional integer timestamp (ms).
 #: Greedy ``(.*)`` finds the last ``}`` that is followed by a value, so ``}`` inside a quoted
 #: label value is fine; the label text is validated separately by :data:`_LABELS_FULL`.
@@ -214,7 +216,7 @@ def parse_text(
 # --------------------------------------------------------------------------- fetching
 
 
-class ScrapeError(Exception):
+class ScrapeError(SourceError):
     """A target gave no usable body: ``retryable`` (whether another attempt may help) and the
     number of ``attempts`` made."""
 

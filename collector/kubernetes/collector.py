@@ -43,6 +43,7 @@ from collector.kubernetes.state import StateFile, encode
 from collector.kubernetes.tracker import ClusterTracker, KubernetesStats, Out
 from collector.records import Batch
 from collector.tenancy import TenantMapper
+from gpuledger_errors import SourceError
 
 __all__ = [
     "KubernetesCollector",
@@ -66,7 +67,7 @@ POLL_GAP_REASON = "deleted between polls"
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads")  # group, version, plural
 
 
-class KubernetesError(Exception):
+class KubernetesError(SourceError):
     """Listing from the API server failed (``poll_once``); the message says what to check."""
 
 

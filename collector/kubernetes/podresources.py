@@ -30,6 +30,7 @@ import polars as pl
 
 from collector.nvml import NvmlBackend, NvmlCallError
 from collector.records import Batch, GpuSample
+from gpuledger_errors import SourceError
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ MAX_MESSAGE_BYTES = 16 * 2**20
 SETTING = "agent.pod_resources_socket"
 
 
-class PodResourcesError(Exception):
+class PodResourcesError(SourceError):
     """The kubelet's pod-resources API could not be read; the message says what to do."""
 
 

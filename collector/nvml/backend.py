@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import pynvml
 
 from collector.records import GpuHealth, GpuProcess
+from gpuledger_errors import SourceError
 
 __all__ = [
     "GpuHealth",
@@ -54,7 +55,7 @@ _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of an event that names no MIG instanc
 
 
 # -- errors ------------------------------------------------------------------------------------
-class NvmlError(Exception):
+class NvmlError(SourceError):
     """Root of this collector's errors."""
 
 

@@ -57,6 +57,7 @@ from collector.slurm.parse import (
     tres_gpus,
 )
 from collector.tenancy import TenantMapper
+from gpuledger_errors import SourceError
 
 __all__ = [
     "SACCT_FIELDS",
@@ -113,7 +114,7 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)  # placeholder ts, replaced per eve
 SacctRunner = Callable[[Sequence[str]], str]
 
 
-class SlurmError(RuntimeError):
+class SlurmError(SourceError):
     """sacct could not be run or returned an error; the poll window is retried next time."""
 
 

@@ -57,6 +57,7 @@ from collector.records import (
     Reject,
 )
 from collector.tenancy import UNMAPPED
+from gpuledger_errors import InputError
 
 V2023_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 V2023_POD_COLUMNS = (
@@ -85,7 +86,7 @@ _MS = dt.timedelta(milliseconds=1)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """A trace file that cannot be read at all (missing, or not the expected columns)."""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import polars as pl
 
+from gpuledger_errors import InputError
 from warehouse import queries
 from warehouse.analytics import queues
 from warehouse.analytics.fragmentation import free_state
@@ -33,7 +34,7 @@ REQUEUE_EVENTS = ("preempted", "evicted", "failed")
 _MINUTE = dt.timedelta(minutes=1)
 
 
-class ExplainError(ValueError):
+class ExplainError(InputError):
     """The thing to explain is not in the warehouse (as of the instant asked), or bad input."""
 
 

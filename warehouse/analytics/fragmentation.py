@@ -50,6 +50,7 @@ from typing import Any
 
 import polars as pl
 
+from gpuledger_errors import InputError
 from warehouse import queries
 from warehouse.client import Warehouse
 
@@ -61,7 +62,7 @@ DEFAULT_WINDOW = dt.timedelta(days=7)
 _HOUR = dt.timedelta(hours=1)
 
 
-class FragmentationError(ValueError):
+class FragmentationError(InputError):
     """A fragmentation request that cannot be answered as asked (bad scope, window, time)."""
 
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from gpuledger_errors import InputError
 from warehouse import queries
 from warehouse.client import Warehouse
 
@@ -36,7 +37,7 @@ ENDINGS = ("finished", "failed", "preempted", "evicted", "cancelled")
 _HOUR = dt.timedelta(hours=1)
 
 
-class QueueError(ValueError):
+class QueueError(InputError):
     """A queue or failure request that cannot be answered as asked (bad window, grouping)."""
 
 

@@ -55,6 +55,7 @@ import polars as pl
 
 from collector.records import Batch
 from collector.spool import Spool, SpooledBatch, fsync_dir, write_durably
+from gpuledger_errors import ConfigError
 from warehouse.client import Warehouse
 from warehouse.ingest.metrics import ServerMetrics
 from warehouse.ingest.writer import Ingestor, content_id
@@ -68,7 +69,7 @@ _HOUR_S = 3600
 _MEMORY_BYTES = 64 << 20
 
 
-class CoalesceError(Exception):
+class CoalesceError(ConfigError):
     """The spool directory cannot be used (another process owns it, or it is not writable)."""
 
 

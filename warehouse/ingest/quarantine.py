@@ -50,6 +50,7 @@ from collector.records import (
     JobEvent,
     NodeInventory,
 )
+from gpuledger_errors import InputError
 from warehouse import queries
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor, IngestResult, content_id
@@ -78,7 +79,7 @@ _MARK_TYPES = (
 )
 
 
-class QuarantineError(ValueError):
+class QuarantineError(InputError):
     """A request the quarantine cannot answer (an unknown kind, a bad filter)."""
 
 

@@ -9,6 +9,8 @@ import enum
 from decimal import Decimal
 from typing import Any
 
+from gpuledger_errors import InputError
+
 GROUPINGS = (
     "tenant",
     "org",
@@ -24,7 +26,7 @@ UNALLOCATED = "__unallocated__"
 _DAY = dt.timedelta(days=1)
 
 
-class LedgerError(ValueError):
+class LedgerError(InputError):
     """A ledger request that cannot be answered as asked (bad grouping, window, policy)."""
 
 

@@ -44,9 +44,14 @@ from gpuledger.quarantine_commands import cmd_quarantine
 from gpuledger.settings import Settings, SettingsError, load_settings
 from warehouse.client import WarehouseError
 
+#: The options every command takes, before or after its name, and their values when not given.
+COMMON_DEFAULTS: dict[str, Any] = {"config": None, "data_dir": None, "dsn": None, "verbose": False}
+
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand's parser would otherwise overwrite an option given before the
+    # subcommand with its default (`gpuledger --data-dir D sql ...`); _parse fills them in.
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument("--config", help="TOML settings file")
     common.add_argument(
         "--data-dir", help="embedded warehouse directory (default ./gpuledger-data)"
@@ -226,6 +231,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    args = _parser().parse_args(argv)
+    for name, default in COMMON_DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    return args
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, dict[str, Any]] = {}
     if args.data_dir:
@@ -259,7 +272,7 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuledger.cli import format_rows
+from gpuledger.cli import _parse, format_rows
 
 pytestmark = pytest.mark.integration
 
@@ -124,3 +124,18 @@ def test_table_format_aligns_and_counts() -> None:
     assert lines[0].split() == ["model", "gpus"]
     assert lines[2].endswith("   8") and "NULL" in lines[3]
     assert lines[-1] == "(2 rows)"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--data-dir", "D", "-v", "sql", "SELECT 1"],
+        ["sql", "SELECT 1", "--data-dir", "D", "-v"],
+        ["--data-dir", "X", "sql", "--data-dir", "D", "SELECT 1", "--verbose"],
+    ],
+)
+def test_common_options_go_before_or_after_the_command(argv: list[str]) -> None:
+    args = _parse(argv)
+    assert (args.data_dir, args.verbose, args.dsn, args.config) == ("D", True, None, None)
+    assert _parse(["quarantine", "list"]).data_dir is None
+    assert _parse(["--dsn", "chdb:///x", "quarantine", "list"]).dsn == "chdb:///x"

@@ -12,9 +12,12 @@
     gpuledger quarantine replay [--kind K] [--reason TEXT] [--since ISO] [--dry-run]
     gpuledger db migrate | gpuledger db status
 
-Every command takes ``--config FILE``, ``--data-dir DIR`` and ``--dsn DSN``. A user mistake
-(a bad setting, a bad DSN, a locked data directory, bad SQL) ends with one line on stderr
-saying what is wrong and what to do, and exit status 2 (settings) or 1 (everything else).
+Every command takes ``--config FILE``, ``--data-dir DIR``, ``--dsn DSN``, ``-v`` and
+``--debug``, before or after its name. A :class:`gpuledger_errors.GpuledgerError` (a bad
+setting, a request that cannot be answered, a locked data directory, bad SQL, a source that
+fails) ends with one line on stderr saying what is wrong and what to do, and exit status 2
+(a ConfigError or an InputError) or 1 (any other); ``--debug`` prints its traceback instead.
+Any other exception is a bug and prints its traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,11 +45,17 @@ from gpuledger.commands import (
 from gpuledger.output import format_rows  # noqa: F401 - re-exported for callers and tests
 from gpuledger.quarantine_commands import add_parser as add_quarantine_parser
 from gpuledger.quarantine_commands import cmd_quarantine
-from gpuledger.settings import Settings, SettingsError, load_settings
-from warehouse.client import WarehouseError
+from gpuledger.settings import Settings, load_settings
+from gpuledger_errors import ConfigError, GpuledgerError, InputError
 
 #: The options every command takes, before or after its name, and their values when not given.
-COMMON_DEFAULTS: dict[str, Any] = {"config": None, "data_dir": None, "dsn": None, "verbose": False}
+COMMON_DEFAULTS: dict[str, Any] = {
+    "config": None,
+    "data_dir": None,
+    "dsn": None,
+    "verbose": False,
+    "debug": False,
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
         "--dsn", help="ClickHouse DSN: chdb:///abs/path or http(s)://user:pass@host:8123/db"
     )
     common.add_argument("-v", "--verbose", action="store_true", help="log more")
+    common.add_argument(
+        "--debug", action="store_true", help="on an error, print its traceback, not one line"
+    )
 
     parser = argparse.ArgumentParser(
         prog="gpuledger",
@@ -278,23 +291,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not args.verbose:  # the drivers' retry chatter; their failures reach the user as one line
+        import warehouse.client  # noqa: F401 - its driver sets urllib3's level when imported
+
         for name in ("urllib3", "clickhouse_connect"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        settings = _settings(args)
-    except SettingsError as exc:
-        print(f"gpuledger: settings error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return COMMANDS[args.command](settings, args)
-    except SettingsError as exc:
-        print(f"gpuledger: {exc}", file=sys.stderr)
-        return 2
-    except WarehouseError as exc:
-        print(f"gpuledger: {exc}", file=sys.stderr)
-        return 1
+        return COMMANDS[args.command](_settings(args), args)
+    except GpuledgerError as exc:
+        if args.debug:
+            traceback.print_exception(exc)
+        else:
+            print(f"gpuledger: {_one_line(exc)}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError | InputError) else 1
     except KeyboardInterrupt:
         return 130
+
+
+def _one_line(exc: GpuledgerError) -> str:
+    """The message on one line (a source's own text, such as sacct's stderr, may have more)."""
+    return (
+        " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        or type(exc).__name__
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

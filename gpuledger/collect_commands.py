@@ -134,15 +134,11 @@ def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any =
 
 def _run_foreground(settings: Settings, sources: list[Any], once: bool) -> int:
     """Collect once and print, or run the pipeline until Ctrl-C/SIGTERM."""
-    from collector.nvml import NvmlError
     from gpuledger.agent import build_sink, make_pipeline, run_agent, serve_status
 
     if once:
         for source in sources:
-            try:
-                _print_batch(source.collect(dt.datetime.now(dt.UTC)))
-            except NvmlError as exc:
-                raise SettingsError(str(exc)) from None
+            _print_batch(source.collect(dt.datetime.now(dt.UTC)))
         return 0
     sink, close = build_sink(settings)
     pipeline = make_pipeline(settings, sources, sink)
@@ -210,27 +206,13 @@ def start_embedded_collectors(
 
 
 def cmd_agent(settings: Settings, args: argparse.Namespace) -> int:
-    from collector.nvml import NvmlError
     from gpuledger.agent import build_sources
 
-    try:
-        sources = build_sources(
-            settings, nvml=settings.agent.nvml, dcgm_targets=settings.agent.targets
-        )
-    except NvmlError as exc:
-        raise SettingsError(str(exc)) from None
+    sources = build_sources(settings, nvml=settings.agent.nvml, dcgm_targets=settings.agent.targets)
     if not sources:
         raise SettingsError("the agent has no source: enable agent.nvml or set agent.dcgm_targets")
     return _run_foreground(settings, sources, args.once)
 
 
 def cmd_collect(settings: Settings, args: argparse.Namespace) -> int:
-    from collector.kubernetes.collector import KubernetesError
-    from collector.nvml import NvmlError
-    from collector.slurm.collector import SlurmError
-
-    try:
-        source = _source(settings, args)
-        return _run_foreground(settings, [source], args.once)
-    except (NvmlError, KubernetesError, SlurmError) as exc:
-        raise SettingsError(str(exc)) from None
+    return _run_foreground(settings, [_source(settings, args)], args.once)

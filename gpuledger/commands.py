@@ -16,6 +16,7 @@ from typing import Any
 from gpuledger.collect_commands import start_embedded_collectors
 from gpuledger.output import format_rows
 from gpuledger.settings import Settings, SettingsError
+from gpuledger_errors import InputError
 
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
@@ -87,22 +88,19 @@ def _serve(wh: Any, settings: Settings) -> int:
     """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
     from dashboards.app import create_app
     from gpuledger.server import register
-    from warehouse.ingest.coalesce import CoalesceError, Coalescer
+    from warehouse.ingest.coalesce import Coalescer
 
     s = settings.server
     spool_dir = s.spool_dir or str(Path(settings.warehouse.data_dir).expanduser() / "ingest-spool")
-    try:
-        coalescer = Coalescer(
-            wh,
-            settings.warehouse.raw_retention_days,
-            spool_dir,
-            max_rows=s.coalesce_max_rows,
-            max_ms=s.coalesce_max_ms,
-            max_bytes=s.spool_max_bytes,
-            dedup_window_s=s.dedup_window_s,
-        )
-    except CoalesceError as exc:
-        raise SettingsError(f"server.spool_dir: {exc}") from None
+    coalescer = Coalescer(  # a CoalesceError (a ConfigError) names server.spool_dir
+        wh,
+        settings.warehouse.raw_retention_days,
+        spool_dir,
+        max_rows=s.coalesce_max_rows,
+        max_ms=s.coalesce_max_ms,
+        max_bytes=s.spool_max_bytes,
+        dedup_window_s=s.dedup_window_s,
+    )
     app = create_app(wh, idle=_idle_rule(settings), currency=settings.ledger.currency)
     register(app.server, wh, coalescer)
     coalescer.start()
@@ -141,7 +139,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         threads = start_embedded_collectors(settings, ingestor, stop, args)
     except (NvmlError, KubernetesError, SlurmError) as exc:
         wh.close()
-        raise SettingsError(f"server.collectors: {exc}") from None
+        raise SettingsError(f"server.collectors: {exc}") from exc
     if settings.ledger.seal_interval_s:
         from warehouse.ledger import start_sealer
 
@@ -172,11 +170,11 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     try:
         start = dt.datetime.fromisoformat(args.start)
     except ValueError:
-        raise SettingsError(
+        raise InputError(
             f"--start {args.start!r} is not an ISO time such as 2026-01-01T00:00:00+00:00"
         ) from None
     if start.tzinfo is None:
-        raise SettingsError(f"--start {args.start!r} has no UTC offset: add one, e.g. +00:00")
+        raise InputError(f"--start {args.start!r} has no UTC offset: add one, e.g. +00:00")
     extra = {"cluster": args.cluster} if args.cluster else {}
     if args.trace == "alibaba-v2023":
         batches = traces.alibaba_v2023(args.nodes, args.pods, start, **extra)
@@ -186,11 +184,8 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     # A trace's times lie in the past: retention is no reason to refuse them here.
     ingestor = Ingestor(wh, settings.warehouse.raw_retention_days)
     total = IngestResult()
-    try:
-        for batch in batches:
-            total += ingestor.write(batch)
-    except traces.TraceError as exc:
-        raise SettingsError(str(exc)) from None
+    for batch in batches:
+        total += ingestor.write(batch)
     print(
         f"imported {args.trace} into {settings.warehouse.resolved_dsn} "
         f"(database {settings.warehouse.database}):"
@@ -205,7 +200,7 @@ def _day(text: str, flag: str) -> dt.datetime:
     try:
         day = dt.date.fromisoformat(text)
     except ValueError:
-        raise SettingsError(f"{flag} {text!r} is not a date: use YYYY-MM-DD") from None
+        raise InputError(f"{flag} {text!r} is not a date: use YYYY-MM-DD") from None
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
 
@@ -222,27 +217,24 @@ def _idle_rule(settings: Settings) -> Any:
 
 def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
-    from warehouse.ledger import LedgerError, Window, compute_ledger, load_price_book
+    from warehouse.ledger import Window, compute_ledger, load_price_book
 
     first = _day(args.date_from, "--from").date()
     last = _day(args.date_to, "--to").date()
     wh = open_warehouse(settings)
-    try:
-        ledger = compute_ledger(
-            wh,
-            Window.days(first, last),
-            now=_now(),
-            group_by=args.by,
-            idle_policy=args.idle_policy or settings.ledger.idle_policy,
-            idle=_idle_rule(settings),
-            prices=load_price_book(wh, settings.ledger.currency),
-            cluster=args.cluster,
-            source=args.source,
-            sealed=not args.no_seals,
-            energy=args.energy,
-        )
-    except LedgerError as exc:
-        raise SettingsError(str(exc)) from None
+    ledger = compute_ledger(
+        wh,
+        Window.days(first, last),
+        now=_now(),
+        group_by=args.by,
+        idle_policy=args.idle_policy or settings.ledger.idle_policy,
+        idle=_idle_rule(settings),
+        prices=load_price_book(wh, settings.ledger.currency),
+        cluster=args.cluster,
+        source=args.source,
+        sealed=not args.no_seals,
+        energy=args.energy,
+    )
     if args.format == "json":
         print(json.dumps(ledger.to_json(), indent=1))
         return 0
@@ -354,7 +346,7 @@ def _at(text: str | None, now: dt.datetime) -> dt.datetime:
     try:
         at = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise SettingsError(f"--at {text!r} is not an ISO time such as 2026-11-30T12:00") from None
+        raise InputError(f"--at {text!r} is not an ISO time such as 2026-11-30T12:00") from None
     return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
 
 
@@ -368,8 +360,8 @@ def _cluster(wh: Any, given: str) -> str:
     if len(names) == 1:
         return str(names[0])
     if not names:
-        raise SettingsError("the warehouse has no samples from any cluster yet")
-    raise SettingsError(
+        raise InputError("the warehouse has no samples from any cluster yet")
+    raise InputError(
         f"the warehouse holds several clusters ({', '.join(names)}): pick one with --cluster"
     )
 
@@ -383,12 +375,9 @@ def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
     end = _day(args.date_to, "--to") + dt.timedelta(days=1)
     wh = open_warehouse(settings)
     by = (args.by,)
-    try:
-        cluster = _cluster(wh, args.cluster)
-        waits = queues.wait_times(wh, cluster, start, end, by=by)
-        rates, reasons, lost = queues.failures(wh, cluster, start, end, by=by)
-    except ValueError as exc:  # QueueError
-        raise SettingsError(str(exc)) from None
+    cluster = _cluster(wh, args.cluster)
+    waits = queues.wait_times(wh, cluster, start, end, by=by)
+    rates, reasons, lost = queues.failures(wh, cluster, start, end, by=by)
     frames = {
         "wait_times": waits,
         "outcomes": rates,
@@ -407,69 +396,58 @@ def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
-    from warehouse.analytics.fragmentation import FragmentationError, fragmentation_at
+    from warehouse.analytics.fragmentation import fragmentation_at
 
     wh = open_warehouse(settings)
-    try:
-        report = fragmentation_at(
-            wh,
-            _cluster(wh, args.cluster),
-            _at(args.at, _now()),
-            window=dt.timedelta(days=args.window_days),
-            scope=args.scope,
-        )
-    except FragmentationError as exc:
-        raise SettingsError(str(exc)) from None
+    report = fragmentation_at(
+        wh,
+        _cluster(wh, args.cluster),
+        _at(args.at, _now()),
+        window=dt.timedelta(days=args.window_days),
+        scope=args.scope,
+    )
     print(report.to_json() if args.format == "json" else report.to_text())
     return 0
 
 
 def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
-    from warehouse.ledger import LedgerError
 
     wh = open_warehouse(settings)
     ledger = settings.ledger
     now = _now()
-    try:
-        if args.what == "cost":
-            from warehouse.ledger import load_price_book, why_cost
+    if args.what == "cost":
+        from warehouse.ledger import load_price_book, why_cost
 
-            result: Any = why_cost(
-                wh,
-                args.month,
-                now=now,
-                tenant=args.tenant,
-                cluster=args.cluster,
-                idle=_idle_rule(settings),
-                prices=load_price_book(wh, ledger.currency),
-            )
-            print(
-                json.dumps(result.to_json(), indent=1)
-                if args.format == "json"
-                else result.to_text()
-            )
-            return 0
-        from warehouse.analytics import explain
+        result: Any = why_cost(
+            wh,
+            args.month,
+            now=now,
+            tenant=args.tenant,
+            cluster=args.cluster,
+            idle=_idle_rule(settings),
+            prices=load_price_book(wh, ledger.currency),
+        )
+        print(json.dumps(result.to_json(), indent=1) if args.format == "json" else result.to_text())
+        return 0
+    from warehouse.analytics import explain
 
-        cluster, at = _cluster(wh, args.cluster), _at(args.at, now)
-        if args.what == "job":
-            answer = explain.why_job(wh, cluster, args.id, at)
-        elif args.what == "gpu":
-            answer = explain.why_gpu(
-                wh,
-                cluster,
-                args.id,
-                at,
-                mig_instance=args.mig,
-                idle_threshold_ratio=ledger.idle_threshold_ratio,
-                idle_min_duration_s=ledger.idle_min_duration_s,
-            )
-        else:
-            answer = explain.why_tenant(
-                wh, cluster, args.id, at, idle_threshold_ratio=ledger.idle_threshold_ratio
-            )
-    except (LedgerError, ValueError) as exc:  # ExplainError and LedgerError are ValueErrors
-        raise SettingsError(str(exc)) from None
+    cluster, at = _cluster(wh, args.cluster), _at(args.at, now)
+    if args.what == "job":
+        answer = explain.why_job(wh, cluster, args.id, at)
+    elif args.what == "gpu":
+        answer = explain.why_gpu(
+            wh,
+            cluster,
+            args.id,
+            at,
+            mig_instance=args.mig,
+            idle_threshold_ratio=ledger.idle_threshold_ratio,
+            idle_min_duration_s=ledger.idle_min_duration_s,
+        )
+    else:
+        answer = explain.why_tenant(
+            wh, cluster, args.id, at, idle_threshold_ratio=ledger.idle_threshold_ratio
+        )
     print(answer.to_json() if args.format == "json" else answer.to_text())
     return 0

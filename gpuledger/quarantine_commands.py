@@ -18,7 +18,8 @@ import sys
 from typing import Any
 
 from gpuledger.output import format_rows
-from gpuledger.settings import Settings, SettingsError
+from gpuledger.settings import Settings
+from gpuledger_errors import InputError
 
 _REASON_CHARS = 60  # of a reason in the examples table; the counts table shows it whole
 
@@ -69,7 +70,7 @@ def _since(text: str | None) -> dt.datetime | None:
     try:
         since = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise SettingsError(
+        raise InputError(
             f"--since {text!r} is not an ISO time such as 2026-11-30T12:00:00+00:00"
         ) from None
     return since if since.tzinfo else since.replace(tzinfo=dt.UTC)
@@ -80,7 +81,7 @@ def _list(settings: Settings, filters: Any, args: argparse.Namespace) -> int:
     from warehouse.ingest.quarantine import summary
 
     if args.examples < 0:
-        raise SettingsError(f"--examples {args.examples} must be 0 or more")
+        raise InputError(f"--examples {args.examples} must be 0 or more")
     wh = open_warehouse(settings)
     counts, newest = summary(wh, filters, examples=args.examples)
     if args.format == "json":
@@ -115,21 +116,18 @@ def _cut(text: str, chars: int) -> str:
 
 def _replay(settings: Settings, filters: Any, dry_run: bool) -> int:
     from gpuledger.app import open_warehouse
-    from warehouse.ingest.quarantine import REPLAYABLE, QuarantineError, replay
+    from warehouse.ingest.quarantine import REPLAYABLE, replay
     from warehouse.ingest.writer import Ingestor
 
     if filters.kind and filters.kind not in REPLAYABLE:
-        raise SettingsError(
+        raise InputError(
             f"--kind {filters.kind!r} cannot be replayed: use one of {', '.join(REPLAYABLE)} "
             "(configuration kinds: send them again)"
         )
     wh = open_warehouse(settings)
     started = dt.datetime.now(dt.UTC)  # one clock for the checks before and during the write
     ingestor = Ingestor(wh, settings.warehouse.raw_retention_days, now=lambda: started)
-    try:
-        report = replay(wh, ingestor, filters, dry_run=dry_run)
-    except QuarantineError as exc:
-        raise SettingsError(str(exc)) from None
+    report = replay(wh, ingestor, filters, dry_run=dry_run)
     verb = "would write" if dry_run else "wrote"
     note = " — dry run, nothing written" if dry_run else ""
     print(f"quarantine replay ({filters.describe()}){note}:")

@@ -71,6 +71,67 @@ def test_unknown_setting_is_one_line(
 
 
 @pytest.mark.parametrize(
+    ("argv", "env", "status", "needle", "error"),
+    [
+        (  # a ConfigError: a key the settings do not have
+            ["db", "status", "--config", "{cfg}"],
+            {},
+            2,
+            "unknown key in [warehouse] 'data_dri'",
+            "gpuledger.settings.SettingsError",
+        ),
+        (  # an InputError: a request that cannot be answered as given
+            ["ledger", "--from", "2026-11-05", "--to", "2026-11-01"],
+            {},
+            2,
+            "the window is empty: --to 2026-11-01 is before --from 2026-11-05",
+            "warehouse.ledger.result.LedgerError",
+        ),
+        (  # a WarehouseError: ClickHouse refuses the SQL
+            ["sql", "SELEC 1"],
+            {},
+            1,
+            "Syntax error",
+            "warehouse.client.WarehouseError",
+        ),
+        (  # a SourceError: no sacct here (no warehouse opened: the agent sends to a server)
+            ["collect", "slurm", "--once", "--sacct", "/nonexistent/sacct"],
+            {"GPULEDGER_AGENT__SERVER_URL": "http://127.0.0.1:9"},
+            1,
+            "'/nonexistent/sacct' not found",
+            "collector.slurm.collector.SlurmError",
+        ),
+    ],
+    ids=["config", "input", "warehouse", "source"],
+)
+def test_an_error_is_one_line_and_with_debug_its_traceback(
+    argv: list[str],
+    env: dict[str, str],
+    status: int,
+    needle: str,
+    error: str,
+    tmp_path: Path,
+    gpuledger_cmd: list[str],
+    cli_env: dict[str, str],
+) -> None:
+    cfg = tmp_path / "g.toml"
+    cfg.write_text("[warehouse]\ndata_dri = 'x'\n")
+    argv = [a.format(cfg=cfg) for a in argv] + ["--data-dir", str(tmp_path / "d")]
+    env = {**cli_env, **env}
+    plain = run(gpuledger_cmd, env, *argv)
+    assert plain.returncode == status, plain.stderr
+    line = one_line_error(plain)
+    assert line.startswith("gpuledger: ") and needle in line
+    for debug in (["--debug", *argv], [*argv, "--debug"]):  # before or after the command
+        traced = run(gpuledger_cmd, env, *debug)
+        assert traced.returncode == status, traced.stderr
+        assert "Traceback (most recent call last):" in traced.stderr  # with its causes
+        last = traced.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"{error}: ") and needle in last
+        assert "gpuledger: " not in traced.stderr
+
+
+@pytest.mark.parametrize(
     ("dsn", "needle"),
     [
         ("mysql://x@y/db", "is not a ClickHouse DSN"),

@@ -125,8 +125,11 @@ class SimulatorSettings:
     cluster: str = "demo"
 
     def validate(self) -> None:
-        if self.gpus < 1:
-            raise SettingsError(f"simulator.gpus {self.gpus} must be at least 1")
+        if self.gpus < 1 or self.gpus % 8:  # SimulatorConfig.default's nodes have 8 GPUs each
+            raise SettingsError(
+                f"simulator.gpus {self.gpus} must be a positive multiple of 8 (the simulated "
+                "nodes have 8 GPUs each)"
+            )
         if self.days < 0:
             raise SettingsError(f"simulator.days {self.days} must not be negative")
         if self.interval_s < 1:

@@ -83,6 +83,15 @@ def test_retention_order_is_checked() -> None:
         load_settings(env={"GPULEDGER_WAREHOUSE__RAW_RETENTION_DAYS": "400"})
 
 
+@pytest.mark.parametrize("gpus", [0, 7, 60])
+def test_simulated_gpus_fill_whole_nodes(gpus: int) -> None:
+    """`gpuledger demo --gpus 7` is a setting refused in one line, not the simulator's
+    ValueError with a traceback."""
+    with pytest.raises(SettingsError, match=f"simulator.gpus {gpus} must be a positive multiple"):
+        load_settings(env={}, overrides={"simulator": {"gpus": gpus}})
+    assert load_settings(env={}, overrides={"simulator": {"gpus": 16}}).simulator.gpus == 16
+
+
 @pytest.mark.parametrize(
     ("key", "value", "needle"),
     [

@@ -22,7 +22,7 @@ from warehouse.client import Warehouse, connect
 from warehouse.migrate import RenderOptions, migrate
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+DATA = ROOT / "tests" / "data"  # everything the suite reads (see tests/data/README.md)
 _counter = itertools.count()
 
 

@@ -1,7 +1,7 @@
 """dcgm-exporter source, parsing: real bodies, label spellings, MIG, blanks and hostile input.
 
-The bodies are ``tests/data/dcgm/*.prom`` (copies of shared/data/dcgm-exporter, see
-PROVENANCE.md). Scraping them over HTTP, retries, timeouts and down targets are tested in
+The bodies are ``tests/data/dcgm/*.prom`` (real exporter bodies, see
+tests/data/README.md). Scraping them over HTTP, retries, timeouts and down targets are tested in
 ``test_dcgm_http.py``.
 """
 

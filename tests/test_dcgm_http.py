@@ -1,7 +1,7 @@
 """dcgm-exporter source over HTTP: real bodies scraped from a local server, counter resets
 across scrapes, retries, timeouts and down targets.
 
-Every ``tests/data/dcgm/*.prom`` (copies of shared/data/dcgm-exporter, see PROVENANCE.md) is
+Every ``tests/data/dcgm/*.prom`` (real exporter bodies, see tests/data/README.md) is
 served by a local ``http.server`` on 127.0.0.1 and scraped for real with ``requests``. Parsing
 itself (label spellings, MIG, blanks, hostile input) is tested in ``test_dcgm.py``.
 """
@@ -33,7 +33,6 @@ from warehouse.ingest.checks import check_gpu
 from warehouse.ingest.writer import Ingestor
 
 DATA = Path(__file__).parent / "data" / "dcgm"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "dcgm-exporter"
 FILES = sorted(p.name for p in DATA.glob("*.prom"))
 NOW = dt.datetime(2025, 6, 1, 12, 0, tzinfo=dt.UTC)
 MIB = 2**20
@@ -189,12 +188,8 @@ def scrape_file(stub: Stub, name: str) -> tuple[list[GpuSample], DcgmCollector]:
 # --------------------------------------------------------------------------- real bodies
 
 
-def test_test_data_is_the_shared_data() -> None:
+def test_every_body_listed_is_in_the_test_data() -> None:
     assert set(FILES) == set(EXPECTED)
-    if not SHARED.is_dir():
-        pytest.skip("shared data set not present")
-    for path in SHARED.iterdir():  # bodies, catalogues and licences
-        assert (DATA / path.name).read_bytes() == path.read_bytes(), path.name
 
 
 @pytest.mark.parametrize("name", FILES)

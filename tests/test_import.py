@@ -5,15 +5,15 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 
-from conftest import SHARED
+from conftest import DATA
 
 from collector.traces import alibaba as traces
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-V2023 = SHARED / "data" / "alibaba-gpu-v2023"
-V2025 = SHARED / "data" / "alibaba-gpu-v2025" / "disaggregated_DLRM_trace.csv"
+V2023 = DATA / "alibaba-gpu-v2023"
+V2025 = DATA / "alibaba-gpu-v2025" / "disaggregated_DLRM_trace.csv"
 
 
 def test_v2025_gpu_hours_per_app_agree_with_the_trace(wh: Warehouse) -> None:

@@ -1,6 +1,6 @@
 """Public trace replay: Alibaba GPU v2023 (openb) and v2025 (DLRM serving).
 
-The published files under shared/data are read once per module. Counts are checked against
+The published files (copies in tests/data, see its README) are read once per module. Counts are checked against
 the numbers the trace authors published and, independently of collector.traces.alibaba, against
 the CSVs themselves (csv module / polars).
 """
@@ -30,11 +30,11 @@ from collector.traces.alibaba import (
     gpu_hours_by_tenant,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-V2023 = SHARED / "alibaba-gpu-v2023"
+DATA = Path(__file__).resolve().parent / "data"
+V2023 = DATA / "alibaba-gpu-v2023"
 NODES = V2023 / "openb_node_list_all_node.csv"
 PODS = V2023 / "openb_pod_list_default.csv"
-V2025 = SHARED / "alibaba-gpu-v2025" / "disaggregated_DLRM_trace.csv"
+V2025 = DATA / "alibaba-gpu-v2025" / "disaggregated_DLRM_trace.csv"
 START = dt.datetime(2023, 1, 1, tzinfo=dt.UTC)
 
 

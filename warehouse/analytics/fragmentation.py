@@ -2,7 +2,7 @@
 
 The measure is the one of "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with
 Fragmentation Gradient Descent" (USENIX ATC'23), as coded in
-hkust-adsl/kubernetes-scheduler-simulator ``pkg/utils/frag.go`` (see shared/data/MANIFEST.md):
+hkust-adsl/kubernetes-scheduler-simulator ``pkg/utils/frag.go`` (see tests/data/README.md):
 
     for node n and each typical task m with popularity p_m:
         frag_n(m) = every free GPU share on n            if m cannot run on n at all

@@ -285,7 +285,7 @@ def make_pipeline(settings: Settings, sources: Sequence[Source], sink: Sink) -> 
     return Pipeline(
         sources,
         sink,
-        Spool(a.spool_dir, a.spool_max_bytes),
+        Spool(settings.agent_spool_dir, a.spool_max_bytes),
         enrichers=enrichers,
         node=node_name(settings),
     )

@@ -10,7 +10,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from gpuledger.collect_commands import start_embedded_collectors
@@ -91,7 +90,7 @@ def _serve(wh: Any, settings: Settings) -> int:
     from warehouse.ingest.coalesce import Coalescer
 
     s = settings.server
-    spool_dir = s.spool_dir or str(Path(settings.warehouse.data_dir).expanduser() / "ingest-spool")
+    spool_dir = settings.server_spool_dir
     coalescer = Coalescer(  # a CoalesceError (a ConfigError) names server.spool_dir
         wh,
         settings.warehouse.raw_retention_days,
@@ -230,7 +229,7 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
         idle_policy=args.idle_policy or settings.ledger.idle_policy,
         idle=_idle_rule(settings),
         prices=load_price_book(wh, settings.ledger.currency),
-        cluster=args.cluster,
+        cluster=_cluster(wh, args.cluster, one=False),
         source=args.source,
         sealed=not args.no_seals,
         energy=args.energy,
@@ -350,17 +349,24 @@ def _at(text: str | None, now: dt.datetime) -> dt.datetime:
     return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
 
 
-def _cluster(wh: Any, given: str) -> str:
-    """The cluster asked for, or the only one there is."""
-    if given:
-        return given
+def _cluster(wh: Any, given: str, *, one: bool = True) -> str:
+    """The cluster asked for (which must exist), or the only one there is; with ``one``
+    False, '' (every cluster) when none was asked for."""
     from warehouse.analytics import fleet
 
-    names = fleet.clusters(wh)["cluster"].to_list()
-    if len(names) == 1:
-        return str(names[0])
+    names = fleet.known_clusters(wh)
+    if given:
+        if given not in names:
+            known = ", ".join(names) if names else "none yet"
+            raise InputError(f"--cluster {given!r} is not in the warehouse (its clusters: {known})")
+        return given
+    if not one or len(names) == 1:
+        return names[0] if len(names) == 1 and one else ""
     if not names:
-        raise InputError("the warehouse has no samples from any cluster yet")
+        raise InputError(
+            "the warehouse holds no cluster's data yet: fill it with `gpuledger demo`, "
+            "`gpuledger import` or a collector"
+        )
     raise InputError(
         f"the warehouse holds several clusters ({', '.join(names)}): pick one with --cluster"
     )
@@ -424,7 +430,7 @@ def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
             args.month,
             now=now,
             tenant=args.tenant,
-            cluster=args.cluster,
+            cluster=_cluster(wh, args.cluster, one=False),
             idle=_idle_rule(settings),
             prices=load_price_book(wh, ledger.currency),
         )

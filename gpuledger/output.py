@@ -6,21 +6,34 @@ import csv
 import datetime as dt
 import decimal
 import io
+import ipaddress
 import json
-from collections.abc import Sequence
+import math
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
 def _cell(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
+    """A value as JSON and CSV can hold it: times and dates in ISO 8601, decimals, UUIDs and
+    IP addresses as text, maps as objects; floats that JSON has no spelling for as text."""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
-    if isinstance(value, decimal.Decimal):
+    if isinstance(
+        value, decimal.Decimal | uuid.UUID | ipaddress.IPv4Address | ipaddress.IPv6Address
+    ):
         return str(value)
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
-    if isinstance(value, list | tuple):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(_cell(k)): _cell(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
         return [_cell(v) for v in value]
-    return value
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
 
 
 def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> str:

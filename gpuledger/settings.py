@@ -213,7 +213,8 @@ class AgentSettings:
     pod_resources_socket: str = ""
     #: Ask the kubelet again at most this often, seconds.
     pod_resources_refresh_s: float = 10.0
-    spool_dir: str = "./gpuledger-spool"
+    #: Where batches wait while the sink is down; empty: ``agent-spool`` in the data directory.
+    spool_dir: str = ""
     spool_max_bytes: int = 1 << 30
     status_host: str = "0.0.0.0"
     status_port: int = 9108
@@ -293,6 +294,20 @@ class Settings:
     def validate(self) -> None:
         for field in dataclasses.fields(self):
             getattr(self, field.name).validate()
+
+    @property
+    def agent_spool_dir(self) -> str:
+        """agent.spool_dir, or ``agent-spool`` in the data directory (never the working one)."""
+        return self.agent.spool_dir or str(self._data_dir / "agent-spool")
+
+    @property
+    def server_spool_dir(self) -> str:
+        """server.spool_dir, or ``ingest-spool`` in the data directory."""
+        return self.server.spool_dir or str(self._data_dir / "ingest-spool")
+
+    @property
+    def _data_dir(self) -> Path:
+        return Path(self.warehouse.data_dir).expanduser()
 
 
 def _sections() -> dict[str, type]:

@@ -51,6 +51,34 @@ def test_sql_formats_and_db_status(
     assert as_csv.splitlines() == ["n,s", "0,0", "1,2", "2,4"]
 
 
+def test_sql_json_holds_every_type(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    """Dates, times, UUIDs, decimals, IPs, maps, arrays and NaN all come out as valid JSON."""
+    query = (
+        "SELECT toDate('2026-12-04') AS d, toDateTime64('2026-12-04 01:02:03.5', 3, 'UTC') AS t, "
+        "toUUID('61f0c404-5cb3-11e7-907b-a6006ad3dba0') AS u, toDecimal64('12.34', 2) AS m, "
+        "toIPv4('10.1.2.3') AS ip, map('a', 1) AS mp, [toDate('2026-01-01')] AS ds, "
+        "nan AS x, NULL AS z"
+    )
+    proc = run(
+        gpuledger_cmd, cli_env, "sql", query, "--format", "json", "--data-dir", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row == {
+        "d": "2026-12-04",
+        "t": "2026-12-04T01:02:03.500000+00:00",
+        "u": "61f0c404-5cb3-11e7-907b-a6006ad3dba0",
+        "m": "12.34",
+        "ip": "10.1.2.3",
+        "mp": {"a": 1},
+        "ds": ["2026-01-01"],
+        "x": "nan",
+        "z": None,
+    }
+
+
 def test_bad_sql_is_one_line(
     tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:

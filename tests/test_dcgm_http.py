@@ -14,7 +14,9 @@ import datetime as dt
 import http.server
 import random
 import re
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -414,3 +416,35 @@ def test_invalid_url_is_a_failure_not_a_crash() -> None:
     with collector("not a url", retries=3) as c:
         c.collect(NOW)
     assert c.failures["not a url"] == 1 and c.stats["not a url"].retries == 0
+
+
+def test_collect_keeps_its_spool_in_the_data_directory(
+    stub: Stub, tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    """`gpuledger collect dcgm URL` (not --once) spools under the data directory, never in the
+    directory it was started from."""
+    url = stub.serve("/metrics", read(FILES[0]))
+    data_dir, cwd = tmp_path / "data", tmp_path / "cwd"
+    cwd.mkdir()
+    env = {**cli_env, "GPULEDGER_AGENT__STATUS_PORT": "0", "GPULEDGER_AGENT__INTERVAL_S": "0.2"}
+    proc = subprocess.Popen(
+        [*gpuledger_cmd, "collect", "dcgm", url, "--data-dir", str(data_dir)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("gpuledger agent: dcgm every"), proc.stderr
+        deadline = time.monotonic() + 60
+        while stub.hits["/metrics"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert stub.hits["/metrics"] >= 2
+    assert list(cwd.iterdir()) == []
+    assert (data_dir / "agent-spool").is_dir()

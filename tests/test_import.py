@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import subprocess
 
 from conftest import DATA
@@ -100,3 +101,24 @@ def test_import_v2023_from_the_command_line(tmp_path, gpuledger_cmd, cli_env) ->
         timeout=120,
     )
     assert bad.returncode == 2 and "has no UTC offset" in bad.stderr
+    # the trace's one cluster is the default: no samples, but inventory and jobs name it
+    frag = subprocess.run(
+        [*gpuledger_cmd, "fragmentation", "--format", "json", "--data-dir", d],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert frag.returncode == 0, frag.stderr
+    assert json.loads(frag.stdout)["cluster"] == "alibaba-v2023"
+    nosuch = subprocess.run(
+        [*gpuledger_cmd, "fragmentation", "--cluster", "nosuch", "--data-dir", d],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert nosuch.returncode == 2
+    assert nosuch.stderr.strip() == (
+        "gpuledger: --cluster 'nosuch' is not in the warehouse (its clusters: alibaba-v2023)"
+    )

@@ -1,8 +1,8 @@
 """Public trace replay: Alibaba GPU v2023 (openb) and v2025 (DLRM serving).
 
-The published files (copies in tests/data, see its README) are read once per module. Counts are checked against
-the numbers the trace authors published and, independently of collector.traces.alibaba, against
-the CSVs themselves (csv module / polars).
+The published files (copies in tests/data, see its README) are read once per module. Counts are
+checked against the numbers the trace authors published and, independently of
+collector.traces.alibaba, against the CSVs themselves (csv module / polars).
 """
 
 from __future__ import annotations

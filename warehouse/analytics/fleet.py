@@ -21,6 +21,11 @@ def fleet_summary(wh: Warehouse, cluster: str) -> pl.DataFrame:
     return run(wh, "fleet_summary", cluster=cluster)
 
 
+def known_clusters(wh: Warehouse) -> list[str]:
+    """Every cluster with samples, inventory or job events, sorted."""
+    return [str(c) for c in run(wh, "known_clusters")["cluster"].to_list()]
+
+
 def clusters(wh: Warehouse) -> pl.DataFrame:
     """Clusters with samples: cluster, first_hour, last_hour, samples."""
     return run(wh, "clusters")

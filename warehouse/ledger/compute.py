@@ -264,7 +264,7 @@ def _stranded(wh: Warehouse, cluster: str, start: dt.datetime, until: dt.datetim
     if until <= start:
         return None
     if not cluster:
-        names = fleet.clusters(wh)["cluster"].to_list()
+        names = fleet.known_clusters(wh)
         if len(names) != 1:
             return None
         cluster = str(names[0])

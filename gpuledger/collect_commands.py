@@ -80,7 +80,10 @@ def _tenant_mapper(settings: Settings, wh: Any = None) -> Any:
     own = wh is None
     wh = wh or open_warehouse(settings)
     try:
-        rows = wh.rows(f"SELECT kind, pattern, tenant, rank FROM {wh.database}.tenant_rules FINAL")
+        rows = wh.rows(
+            "SELECT kind, pattern, tenant, rank FROM {db:Identifier}.tenant_rules FINAL",
+            {"db": wh.database},
+        )
     finally:
         if own:
             wh.close()

@@ -118,9 +118,9 @@ class DemoRun:
 
 def _previous_demo(wh: Warehouse, cluster: str) -> dict[str, object] | None:
     rows = wh.rows(
-        f"SELECT detail FROM {wh.database}.audit_log WHERE action = 'demo.start' "
+        "SELECT detail FROM {db:Identifier}.audit_log WHERE action = 'demo.start' "
         "AND object = {cluster:String} ORDER BY ts DESC LIMIT 1",
-        {"cluster": cluster},
+        {"db": wh.database, "cluster": cluster},
     )
     return json.loads(rows[0][0]) if rows else None
 

@@ -130,8 +130,9 @@ def status(wh: Warehouse, opts: RenderOptions) -> list[MigrationStatus]:
     )[0][0]
     if exists:
         for version, applied_at, checksum in wh.rows(
-            f"SELECT version, max(applied_at), argMax(checksum, applied_at) "
-            f"FROM {opts.database}.schema_migrations GROUP BY version"
+            "SELECT version, max(applied_at), argMax(checksum, applied_at) "
+            "FROM {db:Identifier}.schema_migrations GROUP BY version",
+            {"db": opts.database},
         ):
             applied[int(version)] = (applied_at, checksum)
     out = []

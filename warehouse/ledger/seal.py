@@ -254,8 +254,7 @@ def _drop_rows(wh: Warehouse, d: int, seal_id: int, warehouse_cluster: str) -> N
     table, on_cluster = local_target("ledger_days", warehouse_cluster)
     try:
         wh.command(
-            f"DELETE FROM {{db:Identifier}}.{{table:Identifier}}{on_cluster} "
-            "WHERE day = {day:Date} AND seal_id = {seal_id:UInt64}",
+            queries.render("ledger_days_delete", on_cluster=on_cluster),
             {"db": wh.database, "table": table, "day": day_start(d).date(), "seal_id": seal_id},
         )
     except WarehouseError as exc:

@@ -9,22 +9,17 @@
 -- Each sample adds, to its minute's bucket, its utilisation ratio (0-1, checked at ingest) +
 -- 4096 + 2^24 if it is at or over {threshold}: a bucket then holds the utilisation sum (its
 -- part under 4096), the utilisation samples (floor(x / 4096) mod 4096) and how many were not
--- low (floor(x / 2^24)), exact for up to 4,095 samples a minute (68 Hz). One aggregate instead
--- of a sum, a count and a maximum buckets the samples 1.5x faster (measured on 41 M samples);
--- the sum is rounded at 2^-26 of its magnitude (about 1e-8, against the 6e-8 of a float32
--- sample). Samples without utilisation add nothing.
--- Measured on 265 M samples (1,024 GPUs x 30 days at 10 s), in CPU seconds:
---   - grouping by day rather than by hour saves 2.4 (the engine pays per group), of which
---     cutting the days into hours takes back 0.8;
---   - the bucket key is the millisecond of the day, which sumResample divides into minutes
---     itself: a minute number computed beforehand cost more (0.4 s on 41 M samples).
--- The day and the millisecond are plain numbers from the millisecond timestamp: grouped in the
--- table's order, GPU by GPU, with optimize_aggregation_in_order (which ledger.py sets for this
--- source); a DateTime there makes the engine hash every sample instead, several times slower,
--- and toMinute() costs a time-zone lookup per sample.
+-- low (floor(x / 2^24)), exact for up to 4,095 samples a minute (68 Hz): one aggregate is
+-- cheaper than a sum, a count and a maximum. The sum is rounded at 2^-26 of its magnitude
+-- (about 1e-8, against the 6e-8 of a float32 sample). Samples without utilisation add nothing.
+-- Grouping by day rather than by hour makes fewer groups (the engine pays per group); the
+-- bucket key is the millisecond of the day, which sumResample divides into minutes itself.
+-- The day and the millisecond are plain numbers from the millisecond timestamp, so the engine
+-- groups in the table's order, GPU by GPU, with optimize_aggregation_in_order (set by
+-- warehouse/ledger/usage.py for this source), where a DateTime would make it hash every sample.
 -- Per hour, the array functions with a lambda run only where they change something (an hour
 -- with a minute without samples, an hour with some low minutes), the others through if()'s
--- short-circuit: 2.3 s of CPU against 2.6 s for cutting and reading the 30,720 GPU-days.
+-- short-circuit. The measurements behind these choices are in benchmarks/RESULTS.md.
 SELECT cluster, gpu_uuid, mig_instance, h, arraySum(u) / 60 AS used, k, u, whole,
        if(whole OR arrayMin(xs) >= 16777216, [], arrayFilter((m, x) -> x < 16777216, k, xs))
            AS lk

@@ -20,8 +20,8 @@
 -- span it is judged on: a run that crosses js or je is judged by its part inside, not by its
 -- whole length. Lookups are one sorted pass per GPU over its hours, runs and interval ends.
 -- allocs and points, each read twice below, are MATERIALIZED (computed once) where the engine
--- has materialized CTEs (ClickHouse 26.3 on, enable_materialized_cte; ledger.py asks), which
--- saved 0.2-0.3 s of CPU on the 512 GPUs x 14 days benchmark subset; elsewhere they are inlined.
+-- has materialized CTEs (ClickHouse 26.3 on, enable_materialized_cte; warehouse/ledger/usage.py
+-- asks); elsewhere they are inlined.
 WITH
     hours AS (
         {{minutes}}

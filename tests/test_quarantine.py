@@ -232,9 +232,10 @@ def test_a_replay_cut_short_before_marking_writes_nothing_twice(wh: Warehouse) -
     assert count(wh, "quarantine_replays") == 3 + 8
 
 
-def test_a_retried_batch_whose_gpu_became_known_is_not_replayed_twice(wh: Warehouse) -> None:
-    """The first attempt quarantines GPU-y's samples, then its insert fails; by the retry (the
-    same batch id) GPU-y has inventory, so the retry writes them. Replay finds them written."""
+def test_a_failed_batch_keeps_nothing_back_and_its_retry_writes_it_all(wh: Warehouse) -> None:
+    """A batch's insert fails: nothing of it is written, quarantine included (quarantine comes
+    last, as for any group). By the retry (the same batch id) GPU-y has inventory, so the retry
+    writes every sample and replay has nothing to do."""
     ingestor(wh).write_gpus([gpu("GPU-k")])
     batch = Batch(samples=samples("GPU-k", 4) + samples("GPU-y", 6))
     db = wh.database
@@ -242,10 +243,26 @@ def test_a_retried_batch_whose_gpu_became_known_is_not_replayed_twice(wh: Wareho
     with pytest.raises(WarehouseError):
         ingestor(wh).write(batch, batch_id="agent-7")
     wh.command(f"ALTER TABLE {db}.gpu_samples DROP CONSTRAINT closed")
-    assert count(wh, "quarantine") == 6 and count(wh, "gpu_samples") == 0
+    assert count(wh, "quarantine") == 0 and count(wh, "gpu_samples") == 0
     ingestor(wh).write_gpus([gpu("GPU-y")])
     retried = ingestor(wh).write(batch, batch_id="agent-7")
     assert retried.written == {"gpu_samples": 10} and not retried.quarantined
+    report = replay(wh, ingestor(wh), Filters())
+    assert not report.already_written and not report.written
+    assert count(wh, "gpu_samples") == 10 and rolled_up(wh) == 10
+
+
+def test_a_quarantined_sample_written_since_is_not_replayed_twice(wh: Warehouse) -> None:
+    """GPU-y's samples are kept back (no inventory); after its inventory the agent sends them
+    again in another batch, which writes them. Replay finds them written and writes nothing."""
+    ingestor(wh).write_gpus([gpu("GPU-k")])
+    first = ingestor(wh).write(
+        Batch(samples=samples("GPU-k", 4) + samples("GPU-y", 6)), batch_id="agent-7"
+    )
+    assert first.written == {"gpu_samples": 4} and first.quarantined_total == 6
+    ingestor(wh).write_gpus([gpu("GPU-y")])
+    again = ingestor(wh).write(Batch(samples=samples("GPU-y", 6)), batch_id="agent-8")
+    assert again.written == {"gpu_samples": 6}
     started = dt.datetime.now(dt.UTC)
     report = replay(wh, Ingestor(wh, 35, now=lambda: started), Filters())
     assert report.already_written == {"gpu_sample": 6} and not report.written

@@ -503,8 +503,9 @@ class Coalescer:
         self.metrics.seconds.observe(time.perf_counter() - started)
         self.metrics.group_batches.observe(len(group.members))
         self.metrics.group_rows.observe(group.rows)
-        self.metrics.batches.labels("written").inc(len(group.members))
+        # rows first: a scrape that sees the batches written sees their rows too
         self.metrics.record(result, _newest_sample(group.batches))
+        self.metrics.batches.labels("written").inc(len(group.members))
         self._forget(group.manifest, group.members)
         self.groups_written += 1
         self.last_error = None

@@ -10,12 +10,15 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuledger.collect_commands import start_embedded_collectors
 from gpuledger.output import format_rows
 from gpuledger.settings import Settings, SettingsError
 from gpuledger_errors import InputError
+
+if TYPE_CHECKING:
+    from warehouse.ledger import IdleRule, Ledger
 
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
@@ -208,7 +211,7 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _idle_rule(settings: Settings) -> Any:
+def _idle_rule(settings: Settings) -> IdleRule:
     from warehouse.ledger import IdleRule
 
     return IdleRule(settings.ledger.idle_threshold_ratio, settings.ledger.idle_min_duration_s)
@@ -262,7 +265,7 @@ _TOTALS_SHOWN = (
 )
 
 
-def render_ledger(ledger: Any, fmt: str) -> str:
+def render_ledger(ledger: Ledger, fmt: str) -> str:
     """The ledger as a table (with its totals and conservation line) or as CSV rows."""
     rows = [[r.key, *(_fixed(getattr(r, c)) for c in _LEDGER_COLUMNS)] for r in ledger.rows]
     header = [ledger.group_by, *_LEDGER_COLUMNS]

@@ -5,7 +5,10 @@ engine lets one process own its data directory and must not be forked after it i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpuledger.settings import Settings
+from gpuledger_errors import InputError
 from warehouse.client import Warehouse, connect
 from warehouse.migrate import RenderOptions, migrate
 
@@ -21,9 +24,19 @@ def render_options(settings: Settings) -> RenderOptions:
     )
 
 
-def open_warehouse(settings: Settings, *, apply_migrations: bool = True) -> Warehouse:
-    """Connect to the configured warehouse and bring its schema up to date."""
+def open_warehouse(
+    settings: Settings, *, apply_migrations: bool = True, must_exist: bool = False
+) -> Warehouse:
+    """Connect to the configured warehouse and bring its schema up to date. ``must_exist``:
+    a command that only reads refuses an embedded data directory that holds no warehouse,
+    rather than creating an empty one and answering from it."""
     w = settings.warehouse
+    data_dir = Path(w.data_dir).expanduser()
+    if must_exist and not w.dsn and not (data_dir.is_dir() and any(data_dir.iterdir())):
+        raise InputError(
+            f"there is no warehouse in {w.data_dir}: give the right --data-dir (or --dsn), or "
+            "fill this one with `gpuledger demo`, `gpuledger import` or `gpuledger serve`"
+        )
     wh = connect(
         w.resolved_dsn,
         w.database,

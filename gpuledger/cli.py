@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -305,6 +306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2 if isinstance(exc, ConfigError | InputError) else 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader (`| head`) has gone: what it wanted it has; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _one_line(exc: GpuledgerError) -> str:

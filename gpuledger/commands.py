@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from gpuledger.collect_commands import start_embedded_collectors
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
 
-    wh = open_warehouse(settings)
+    wh = open_warehouse(settings, must_exist=True)
     columns, rows = wh.table(args.query)
     sys.stdout.write(format_rows(columns, rows, args.format))
     return 0
@@ -223,7 +224,7 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
 
     first = _day(args.date_from, "--from").date()
     last = _day(args.date_to, "--to").date()
-    wh = open_warehouse(settings)
+    wh = open_warehouse(settings, must_exist=True)
     ledger = compute_ledger(
         wh,
         Window.days(first, last),
@@ -266,9 +267,18 @@ _TOTALS_SHOWN = (
 
 
 def render_ledger(ledger: Ledger, fmt: str) -> str:
-    """The ledger as a table (with its totals and conservation line) or as CSV rows."""
+    """The ledger as a table (with its totals and conservation line) or as CSV rows. Under the
+    ``none`` policy the unallocated capacity is a last line with columns of its own."""
     rows = [[r.key, *(_fixed(getattr(r, c)) for c in _LEDGER_COLUMNS)] for r in ledger.rows]
     header = [ledger.group_by, *_LEDGER_COLUMNS]
+    line = ledger.unallocated
+    if line is not None:
+        header += ["unallocated_gpu_hours", "unallocated_cost"]
+        rows = [[*r, "", ""] for r in rows]
+        blank = [""] * (len(_LEDGER_COLUMNS) - 1)
+        rows.append(
+            [f"({line.name})", *blank, _fixed(line.cost), _fixed(line.gpu_hours), _fixed(line.cost)]
+        )
     if fmt == "csv":
         return format_rows(header, rows, "csv")
     w = ledger.window
@@ -280,9 +290,7 @@ def render_ledger(ledger: Ledger, fmt: str) -> str:
     for name in _TOTALS_SHOWN:
         value = getattr(ledger.totals, name)
         out.append(f"  {name:<22} {_fixed(value) if value is not None else 'n/a'}\n")
-    if ledger.conserved is not None:
-        verdict = "holds" if ledger.conserved else "DOES NOT HOLD"
-        out.append(f"  conservation: rows + unshared = capacity cost: {verdict}\n")
+    out.append(f"  {ledger.conservation_note()}\n")
     e = ledger.energy
     if e is not None:
         unpriced = f"; {e.unpriced_kwh:.3f} kWh with no energy_kwh price" if e.unpriced_kwh else ""
@@ -307,7 +315,12 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
 
     since = _day(args.since, "--since").date() if args.since else None
     until = (_day(args.until, "--until") + dt.timedelta(days=1)).date() if args.until else None
-    wh = open_warehouse(settings)
+    if since and until and until <= since:
+        raise InputError(
+            f"--since {args.since} is after --until {args.until}: put --since first "
+            "(--until is the last day, included)"
+        )
+    wh = open_warehouse(settings, must_exist=True)
     report = seal_days(
         wh,
         idle=_idle_rule(settings),
@@ -316,9 +329,11 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
         until=until,
         warehouse_cluster=settings.warehouse.cluster,
     )
+    # every printed window names its last day, included, as the user types it
+    last = report.end_day - dt.timedelta(days=1) if report.end_day else None
     doc = {
         "from": report.first_day.isoformat() if report.first_day else None,
-        "to": report.end_day.isoformat() if report.end_day else None,
+        "to": last.isoformat() if last else None,
         "sealed": [d.isoformat() for d in report.sealed],
         "still_sealed": report.still_sealed,
         "usage_rows": report.usage_rows,
@@ -333,13 +348,18 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
             days += f" ({report.sealed[0]} to {report.sealed[-1]})"
         print(
             f"sealed {days} with {report.usage_rows} usage rows; {report.still_sealed} "
-            f"day(s) from {report.first_day} to {report.end_day} were sealed already"
+            f"day(s) from {report.first_day} to {last} were sealed already"
         )
     return 0
 
 
 def _fixed(value: Any) -> Any:
-    return f"{value:.3f}" if isinstance(value, float) else value
+    """Hours with 3 decimals, money with its cents."""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, Decimal):
+        return str(value.quantize(Decimal("0.01")))
+    return value
 
 
 def _at(text: str | None, now: dt.datetime) -> dt.datetime:
@@ -382,7 +402,7 @@ def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
 
     start = _day(args.date_from, "--from")
     end = _day(args.date_to, "--to") + dt.timedelta(days=1)
-    wh = open_warehouse(settings)
+    wh = open_warehouse(settings, must_exist=True)
     by = (args.by,)
     cluster = _cluster(wh, args.cluster)
     waits = queues.wait_times(wh, cluster, start, end, by=by)
@@ -407,7 +427,7 @@ def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
     from warehouse.analytics.fragmentation import fragmentation_at
 
-    wh = open_warehouse(settings)
+    wh = open_warehouse(settings, must_exist=True)
     report = fragmentation_at(
         wh,
         _cluster(wh, args.cluster),
@@ -422,7 +442,7 @@ def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
 
-    wh = open_warehouse(settings)
+    wh = open_warehouse(settings, must_exist=True)
     ledger = settings.ledger
     now = _now()
     if args.what == "cost":

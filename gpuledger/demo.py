@@ -58,6 +58,7 @@ class DemoRun:
             SimulatorConfig.default(gpus=s.gpus, seed=s.seed),
             cluster=s.cluster,
             interval_s=s.interval_s,
+            currency=settings.ledger.currency,
         )
         previous = _previous_demo(wh, s.cluster)
         params = {"cluster": s.cluster, "gpus": s.gpus, "seed": s.seed, "interval_s": s.interval_s}

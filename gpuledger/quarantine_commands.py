@@ -57,7 +57,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
     from warehouse.ingest.quarantine import Filters
+    from warehouse.ingest.writer import QUARANTINE_KINDS
 
+    if args.kind and args.kind not in QUARANTINE_KINDS:
+        raise InputError(
+            f"--kind {args.kind!r} is not a kind of record: "
+            f"use one of {', '.join(QUARANTINE_KINDS)}"
+        )
     filters = Filters(kind=args.kind, reason=args.reason, since=_since(args.since))
     if args.action == "list":
         return _list(settings, filters, args)
@@ -82,7 +88,7 @@ def _list(settings: Settings, filters: Any, args: argparse.Namespace) -> int:
 
     if args.examples < 0:
         raise InputError(f"--examples {args.examples} must be 0 or more")
-    wh = open_warehouse(settings)
+    wh = open_warehouse(settings, must_exist=True)
     counts, newest = summary(wh, filters, examples=args.examples)
     if args.format == "json":
         doc = {"filters": filters.describe(), "counts": counts.to_dicts()}

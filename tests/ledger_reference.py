@@ -51,6 +51,7 @@ class Usage:
     used_h: float = 0.0
     idle_h: float = 0.0
     direct: Decimal = Decimal(0)
+    lines: set[tuple[str, ...]] = dataclasses.field(default_factory=set)  # money rounds per line
 
 
 def minutes(
@@ -127,6 +128,7 @@ def usage(
         js = max(al.start_ms, lo)
         je = min(al.end_ms if al.end_ms is not None else hi, hi)
         row = out[al.keys[group_by]]
+        row.lines.add(tuple(sorted(al.keys.items())))
         row.allocated_h += al.fraction * (e - s) / HOUR_MS
         row.direct += direct_cost(price_at(book, al.gpu_model, al.pool), s, e, al.fraction)
         per = per_gpu.get(al.gpu, {})

@@ -61,9 +61,9 @@ def test_sql_json_holds_every_type(
         "toIPv4('10.1.2.3') AS ip, map('a', 1) AS mp, [toDate('2026-01-01')] AS ds, "
         "nan AS x, NULL AS z"
     )
-    proc = run(
-        gpuledger_cmd, cli_env, "sql", query, "--format", "json", "--data-dir", str(tmp_path)
-    )
+    d = str(tmp_path / "d")
+    assert run(gpuledger_cmd, cli_env, "db", "migrate", "--data-dir", d).returncode == 0
+    proc = run(gpuledger_cmd, cli_env, "sql", query, "--format", "json", "--data-dir", d)
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)
     assert row == {
@@ -82,8 +82,73 @@ def test_sql_json_holds_every_type(
 def test_bad_sql_is_one_line(
     tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
-    proc = run(gpuledger_cmd, cli_env, "sql", "SELEC 1", "--data-dir", str(tmp_path / "d"))
+    d = str(tmp_path / "d")
+    assert run(gpuledger_cmd, cli_env, "db", "migrate", "--data-dir", d).returncode == 0
+    proc = run(gpuledger_cmd, cli_env, "sql", "SELEC 1", "--data-dir", d)
     assert "Syntax error" in one_line_error(proc)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ledger", "--from", "2026-11-01", "--to", "2026-11-30"],
+        ["sql", "SELECT 1"],
+        ["why", "cost", "--month", "2026-11"],
+        ["quarantine", "list"],
+        ["fragmentation"],
+    ],
+)
+def test_a_read_command_never_creates_a_warehouse(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str], argv: list[str]
+) -> None:
+    missing = tmp_path / "typo"
+    line = one_line_error(run(gpuledger_cmd, cli_env, *argv, "--data-dir", str(missing)))
+    assert line.startswith(f"gpuledger: there is no warehouse in {missing}")
+    assert not missing.exists()
+
+
+def test_unknown_names_and_impossible_windows_are_errors(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    d = ["--data-dir", str(tmp_path / "d")]
+    assert run(gpuledger_cmd, cli_env, "db", "migrate", *d).returncode == 0
+    kind = run(gpuledger_cmd, cli_env, "quarantine", "list", "--kind", "nosuch", *d)
+    assert "--kind 'nosuch' is not a kind of record: use one of gpu_sample," in one_line_error(kind)
+    seal = run(gpuledger_cmd, cli_env, "seal", "--since", "2026-11-28", "--until", "2026-11-27", *d)
+    assert "--since 2026-11-28 is after --until 2026-11-27" in one_line_error(seal)
+    window = ["--from", "2026-11-01", "--to", "2026-11-02"]
+    cluster = run(gpuledger_cmd, cli_env, "ledger", *window, "--cluster", "nosuch", *d)
+    assert "--cluster 'nosuch' is not in the warehouse (its clusters: none yet)" in (
+        one_line_error(cluster)
+    )
+    # a window in the future is an empty ledger, not a traceback
+    future = ["--from", "2030-01-01", "--to", "2030-01-31", "--format", "json"]
+    proc = run(gpuledger_cmd, cli_env, "ledger", *future, *d)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["from"], doc["to"], doc["rows"]) == ("2030-01-01", "2030-01-31", [])
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    """`gpuledger sql ... | head -1`: the pipe closes under the writer."""
+    d = str(tmp_path / "d")
+    assert run(gpuledger_cmd, cli_env, "db", "migrate", "--data-dir", d).returncode == 0
+    query = "SELECT number FROM system.numbers LIMIT 200000"
+    proc = subprocess.Popen(
+        [*gpuledger_cmd, "sql", query, "--format", "csv", "--data-dir", d],
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "number\n"
+    proc.stdout.close()
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 0 and "Traceback" not in err, err
 
 
 def test_unknown_setting_is_one_line(
@@ -146,6 +211,9 @@ def test_an_error_is_one_line_and_with_debug_its_traceback(
     cfg.write_text("[warehouse]\ndata_dri = 'x'\n")
     argv = [a.format(cfg=cfg) for a in argv] + ["--data-dir", str(tmp_path / "d")]
     env = {**cli_env, **env}
+    assert (
+        run(gpuledger_cmd, env, "db", "migrate", "--data-dir", str(tmp_path / "d")).returncode == 0
+    )
     plain = run(gpuledger_cmd, env, *argv)
     assert plain.returncode == status, plain.stderr
     line = one_line_error(plain)

@@ -66,7 +66,9 @@ def test_hand_computed_decomposition(wh: Warehouse) -> None:
     assert change.unallocated_share == 0  # no inventory: nothing unallocated to share
     assert change.volume + change.mix + change.price + change.unallocated_share == change.change
     text = change.to_text()
-    assert text.startswith("Cost of the cluster rose from 30.00 in 2026-10 to 60.00 in 2026-11")
+    assert text.startswith(
+        "Cost of the cluster rose from 30.00 USD in 2026-10 to 60.00 USD in 2026-11 (+30.00 USD)"
+    )
     assert text.splitlines()[1].split()[:2] == ["price", "+20.00"]  # biggest effect first
     doc = change.to_json()
     assert doc["because"] == {
@@ -77,6 +79,15 @@ def test_hand_computed_decomposition(wh: Warehouse) -> None:
     }
     tenant = why_cost(wh, "2026-11", tenant="ml/vision", cluster="c1", now=NOW)
     assert tenant.change == Decimal(30)
+    assert doc["currency"] == "USD" and doc["partial"] is False
+    # a month not over yet is compared with the same first days of the month before: on
+    # 11-06, November's first 5 days (job c, 20 h at 3.00) against October's first 5 days
+    # (jobs a and b, 10 h each at 2.00 and 1.00)
+    early = why_cost(wh, "2026-11", cluster="c1", now=dt.datetime(2026, 11, 6, tzinfo=dt.UTC))
+    assert early.current.partial and early.current.days == 5 and early.previous.days == 5
+    assert early.previous.total == Decimal("30.00") and early.current.total == Decimal("60.00")
+    assert "2026-11 (first 5 of 30 days)" in early.to_text()
+    assert "its first 5 days are compared with the first 5 days of 2026-10" in early.to_text()
 
 
 def test_month_parsing() -> None:

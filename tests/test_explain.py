@@ -366,8 +366,8 @@ def test_tenant_borrowing_with_idle_borrowed_gpus(cluster: Warehouse) -> None:
     e = ex.why_tenant(cluster, "c1", "ml/nlp", T)
     assert e.state == "borrowing"
     assert e.summary == (
-        "tenant ml/nlp is over its guarantee (borrowing): holds 5 GPUs "
-        "against 4 guaranteed; borrowed 1 from the cohort, of which 1 idle"
+        "tenant ml/nlp is over its guarantee (borrowing): holds 5 GPUs, 1 more than the 4 "
+        "it is guaranteed; borrowed 1 from the cohort, of which 1 idle"
     )
     (pool,) = e.facts["pools"]
     assert (pool["idle_gpus"], pool["idle_borrowed_gpus"], pool["idle_jobs"]) == (
@@ -478,3 +478,22 @@ def test_simulated_cluster_invariants(wh: Warehouse) -> None:
                 .filter(pl.col("held") > 0)["gpu_uuid"]
                 .to_list()
             )
+
+
+def _position(pool: str, held: float, guaranteed: float) -> ex.PoolPosition:
+    borrowed = max(0.0, held - guaranteed)
+    return ex.PoolPosition(
+        pool, "H100", True, guaranteed, None, held, borrowed, 0.0, 0.0, 0.0, (), (), ()
+    )
+
+
+def test_holding_exactly_the_guarantee_is_not_over_it() -> None:
+    """Borrowing in one pool while guarantee elsewhere goes unused is said so, never 'over its
+    guarantee' when the tenant holds no more than it is guaranteed."""
+    pools = [_position("a", 6, 4), _position("b", 4, 6)]
+    assert ex._verdict("borrowing", pools) == (
+        "is borrowing in a (H100) while guarantee of its own elsewhere goes unused"
+    )
+    assert ex._holdings(10, 10, 2, 0).startswith("holds 10 GPUs, exactly the 10 it is guaranteed")
+    assert ex._verdict("borrowing", [_position("a", 12, 10)]) == "is over its guarantee (borrowing)"
+    assert ex._holdings(8, 10, 0, 0).startswith("holds 8 GPUs, 2 fewer than the 10")

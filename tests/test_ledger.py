@@ -32,7 +32,7 @@ from conftest import ledger_between, recent
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price, Tenant
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
-from warehouse.ledger import UNALLOCATED
+from warehouse.ledger import UNALLOCATED, LedgerError, PriceBook, load_price_book
 
 T0 = recent(dt.datetime(2026, 11, 2, 0, 0, tzinfo=dt.UTC))
 T10 = T0 + dt.timedelta(hours=10)
@@ -199,8 +199,50 @@ def test_hand_computed_costs_under_every_policy(
     assert t.capacity_cost == Decimal("65.00")
     assert t.total_cost == Decimal("65.00") and result.conserved
     assert t.unshared_cost == (Decimal("42.00") if policy == "none" else Decimal(0))
+    assert UNALLOCATED not in rows
     if policy == "none":
-        assert rows[UNALLOCATED].total_cost == Decimal("42.00")
+        line = result.unallocated
+        assert line is not None and line.cost == Decimal("42.00")
+        assert line.gpu_hours == pytest.approx(24.5) and line.name == "unallocated capacity"
+    else:
+        assert result.unallocated is None
+
+
+def test_an_org_is_the_sum_of_its_projects_under_every_policy(cluster: Warehouse) -> None:
+    """Shares are decided per tenant and rounded once, so every grouping adds up the same
+    lines: no view changes what an org owes, and direct cost never depends on the policy."""
+    direct_by_policy = set()
+    for policy in ("weighted", "even", "none"):
+        tenants = by_key(ledger(cluster, idle_policy=policy))
+        orgs = by_key(ledger(cluster, by="org", idle_policy=policy))
+        for org in ("ml", "web"):
+            mine = [r for k, r in tenants.items() if k.startswith(org + "/")]
+            for money in ("direct_cost", "shared_cost", "total_cost"):
+                assert getattr(orgs[org], money) == sum(
+                    (getattr(r, money) for r in mine), Decimal(0)
+                ), (policy, org, money)
+        direct_by_policy.add(tuple(sorted((k, r.direct_cost) for k, r in tenants.items())))
+        models = ledger(cluster, by="gpu_model", idle_policy=policy)
+        assert models.totals.total_cost == Decimal("65.00") and models.conserved
+    assert len(direct_by_policy) == 1
+    # even: each of the three tenants carries 14.00, so the org of two carries 28.00
+    assert by_key(ledger(cluster, by="org", idle_policy="even"))["ml"].shared_cost == Decimal(
+        "28.00"
+    )
+
+
+def test_hours_without_a_price_are_counted_and_said(cluster: Warehouse) -> None:
+    result = ledger(cluster, prices=PriceBook(()))
+    assert result.totals.unpriced_gpu_hours == pytest.approx(15.5)
+    assert result.totals.total_cost == Decimal("0.00") == result.totals.capacity_cost
+    assert {(u.gpu_model, round(u.allocated_gpu_hours, 6)) for u in result.unpriced} == {
+        ("H100", 5.0),
+        ("L40S", 5.5),
+        ("A100", 5.0),
+    }
+    note = result.conservation_note()
+    assert "have no price" in note and "add them to the price book" in note
+    assert all(r.unpriced_gpu_hours == r.allocated_gpu_hours for r in result.rows)
 
 
 def test_hand_computed_hours(cluster: Warehouse) -> None:
@@ -288,6 +330,7 @@ def test_ledger_json_shape(cluster: Warehouse) -> None:
         "direct_cost",
         "shared_cost",
         "total_cost",
+        "unpriced_gpu_hours",
     }
     assert doc["totals"]["capacity_cost"] == "65.00" and doc["totals"]["total_cost"] == "65.00"
     assert {
@@ -301,3 +344,10 @@ def test_ledger_json_shape(cluster: Warehouse) -> None:
         "unshared_cost",
         "total_cost",
     } <= set(doc["totals"])
+
+
+def test_a_price_book_in_another_currency_is_refused(cluster: Warehouse) -> None:
+    """Prices are never converted: a ledger kept in EUR over a book in USD says so."""
+    assert load_price_book(cluster, "USD").currency == "USD"
+    with pytest.raises(LedgerError, match=r"prices are in USD, but ledger\.currency is 'EUR'"):
+        load_price_book(cluster, "EUR")

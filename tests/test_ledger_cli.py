@@ -52,9 +52,10 @@ def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[
             "gpu_model",
         ).stdout
     )
-    assert none["rows"][-1]["key"] == "__unallocated__"
+    assert none["unallocated"]["name"] == "unallocated capacity"
+    assert "__unallocated__" not in {r["key"] for r in none["rows"]}
     table = run("ledger", "--from", first, "--to", last)
-    assert "conservation: rows + unshared = capacity cost: holds" in table.stdout
+    assert "conservation: rows + unallocated = capacity cost: holds" in table.stdout
     csv = run("ledger", "--from", first, "--to", last, "--format", "csv", "--by", "org").stdout
     assert csv.splitlines()[0].startswith("org,allocated_gpu_hours")
     bad = run("ledger", "--from", first, "--to", last, "--by", "team")

@@ -59,9 +59,9 @@ def clusters(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[PriceSeg
                     "gpu_model": model,
                     "job_id": f"j{len(use_rows)}",
                     "attempt": 0,
-                    "tenant": draw(st.sampled_from(["a/x", "a/y", "b/z"])),
-                    "org": "a",
-                    "project": "x",
+                    "tenant": (tenant := draw(st.sampled_from(["a/x", "a/y", "b/z"]))),
+                    "org": tenant.split("/")[0],
+                    "project": tenant.split("/")[1],
                     "user": draw(st.sampled_from(["u1", "u2"])),
                     "queue": "q",
                     "workload_type": "training",
@@ -103,9 +103,45 @@ def test_conservation_for_every_policy_and_grouping(cluster, policy, by) -> None
         currency="USD",
     )
     assert ledger.conserved
-    assert sum(r.total_cost for r in ledger.rows) == ledger.totals.capacity_cost
+    rows = sum((r.total_cost for r in ledger.rows), Decimal(0))
+    assert rows + ledger.totals.unshared_cost == ledger.totals.capacity_cost
     assert ledger.totals.unallocated_gpu_hours >= -1e-9
     assert all(r.shared_cost >= 0 for r in ledger.rows)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.sampled_from(list(IdlePolicy)), st.sampled_from(GROUPINGS))
+def test_every_grouping_adds_up_the_tenants_to_the_cent(cluster, policy, by) -> None:  # type: ignore[no-untyped-def]
+    """Any grouping's rows add up the same rounded lines as the tenant rows: an org is the sum
+    of its projects to the cent, and direct cost is the same under every policy."""
+    usage, capacity, prices = cluster
+    if usage is None:
+        return
+    end = capacity["ce"].max()
+
+    def ledger(group_by: str, pol: IdlePolicy):  # type: ignore[no-untyped-def]
+        return build_ledger(
+            usage,
+            capacity,
+            prices,
+            group_by=group_by,
+            policy=pol,
+            window=Window(T0, end),
+            computed_until=end,
+            idle=IdleRule(),
+            currency="USD",
+        )
+
+    tenants, grouped = ledger("tenant", policy), ledger(by, policy)
+    assert grouped.totals.total_cost == tenants.totals.total_cost == tenants.totals.capacity_cost
+    orgs = {r.key: r for r in ledger("org", policy).rows}
+    for org, row in orgs.items():
+        mine = [r for r in tenants.rows if r.key.split("/")[0] == org]
+        assert row.total_cost == sum((r.total_cost for r in mine), Decimal(0))
+        assert row.shared_cost == sum((r.shared_cost for r in mine), Decimal(0))
+    direct = {r.key: r.direct_cost for r in tenants.rows}
+    for other in IdlePolicy:
+        assert {r.key: r.direct_cost for r in ledger("tenant", other).rows} == direct
 
 
 @given(

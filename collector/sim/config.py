@@ -50,7 +50,7 @@ class GpuModelSpec:
     idle_sm_clock_mhz: int
     max_sm_clock_mhz: int
     compute_capability: str
-    price_per_gpu_hour: str  # USD, a decimal string
+    price_per_gpu_hour: str  # in the config's currency, a decimal string
     has_gr_engine: bool = True
     pci_bus_ids: tuple[str, ...] = ()  # per GPU index on a node; "" entries are derived
 
@@ -212,6 +212,7 @@ class SimulatorConfig:
     warmup: dt.timedelta = dt.timedelta(hours=24)  # simulated silently before the first start
     util_reference: str = "philly"  # shape of utilisation: "philly" or "kalos" (collector/data)
     energy_price_per_kwh: str = "0.12"
+    currency: str = "USD"  # of every price the simulated price book holds
     config_effective_from: dt.datetime = dt.datetime(2025, 1, 1, tzinfo=UTC)
     driver_version: str = "580.105.08"
     cuda_version: str = "13.0"

@@ -141,8 +141,12 @@ class Simulator:
             for (tenant, pool), guaranteed in sorted(Engine.guarantees(cfg).items())
         )
         seen: dict[str, GpuModelSpec] = {p.model.name: p.model for p in cfg.pools}
-        prices = [Price(since, name, spec.price_per_gpu_hour) for name, spec in seen.items()]
-        prices.append(Price(since, "", cfg.energy_price_per_kwh, resource="energy_kwh"))
+        prices = [
+            Price(since, name, spec.price_per_gpu_hour, cfg.currency) for name, spec in seen.items()
+        ]
+        prices.append(
+            Price(since, "", cfg.energy_price_per_kwh, cfg.currency, resource="energy_kwh")
+        )
         return ConfigRecords(tenants, tuple(rules), quotas, tuple(prices))
 
     def run(

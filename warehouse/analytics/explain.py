@@ -728,17 +728,41 @@ def why_tenant(
         state = "borrowing"
     else:
         state = "within_guarantee"
-    verdict = {
-        "over_limit": "is over its quota (above a borrow limit)",
-        "borrowing": "is over its guarantee (borrowing)",
-        "within_guarantee": "is within its guarantee",
-    }[state]
-    summary = (
-        f"tenant {tenant} {verdict}: holds {held:g} GPUs against {guaranteed:g} "
-        f"guaranteed; borrowed {borrowed:g} from the cohort, of which {idle:g} idle"
+    summary = f"tenant {tenant} {_verdict(state, pools)}: " + _holdings(
+        held, guaranteed, borrowed, idle
     )
     facts = {"pools": [p.facts() for p in pools]}
     return Explanation("tenant", tenant, cluster, at, state, summary, tuple(reasons), facts)
+
+
+def _verdict(state: str, pools: list[PoolPosition]) -> str:
+    """What the tenant's state means, naming the pools where it borrows when, summed over
+    pools, it holds no more than it is guaranteed."""
+    if state == "within_guarantee":
+        return "is within its guarantee"
+    if state == "over_limit":
+        return "is over its quota (above a borrow limit)"
+    where = [
+        p.pool + (f" ({p.gpu_model})" if p.gpu_model else "")
+        for p in pools
+        if p.borrowed_gpus > EPS
+    ]
+    if sum(p.held_gpus for p in pools) > sum(p.guaranteed_gpus for p in pools) + EPS:
+        return "is over its guarantee (borrowing)"
+    return f"is borrowing in {', '.join(where)} while guarantee of its own elsewhere goes unused"
+
+
+def _holdings(held: float, guaranteed: float, borrowed: float, idle: float) -> str:
+    if held > guaranteed + EPS:
+        compared = f"{held - guaranteed:g} more than"
+    elif held < guaranteed - EPS:
+        compared = f"{guaranteed - held:g} fewer than"
+    else:
+        compared = "exactly"
+    return (
+        f"holds {held:g} GPUs, {compared} the {guaranteed:g} it is guaranteed; borrowed "
+        f"{borrowed:g} from the cohort, of which {idle:g} idle"
+    )
 
 
 def pool_position(

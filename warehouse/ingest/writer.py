@@ -547,6 +547,16 @@ _RECORD_KINDS: dict[str, tuple[str, str, str, str, Sequence[str], Callable[[Any]
 }
 
 
+#: Every kind of record ingest quarantines (a source's rejects name one of these too).
+QUARANTINE_KINDS = (
+    "gpu_sample",
+    *(k[2] for k in _RECORD_KINDS.values()),
+    "tenant",
+    "tenant_rule",
+    "quota",
+    "price",
+)
+
 _INVENTORY_KEY = (GpuInventory._fields.index("cluster"), GpuInventory._fields.index("gpu_uuid"))
 
 

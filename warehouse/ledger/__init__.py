@@ -18,6 +18,8 @@ from warehouse.ledger.result import (
     LedgerError,
     LedgerRow,
     LedgerTotals,
+    UnallocatedLine,
+    UnpricedHours,
     Window,
 )
 from warehouse.ledger.seal import SealReport, seal_days, start_sealer
@@ -39,6 +41,8 @@ __all__ = [
     "PriceBook",
     "PriceEntry",
     "SealReport",
+    "UnallocatedLine",
+    "UnpricedHours",
     "Window",
     "compute_ledger",
     "load_price_book",

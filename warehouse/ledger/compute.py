@@ -24,6 +24,7 @@ import functools
 from collections import defaultdict
 from collections.abc import Sequence
 from decimal import Decimal
+from typing import Any
 
 import polars as pl
 
@@ -44,13 +45,14 @@ from warehouse.ledger.pricing import (
 )
 from warehouse.ledger.result import (
     GROUPINGS,
-    UNALLOCATED,
     IdlePolicy,
     IdleRule,
     Ledger,
     LedgerError,
     LedgerRow,
     LedgerTotals,
+    UnallocatedLine,
+    UnpricedHours,
     Window,
 )
 from warehouse.ledger.seal import usage_with_seals
@@ -84,6 +86,113 @@ def usage_frame(
     return usage_with_seals(wh, live, window.start, window.end, now=now, cluster=cluster, idle=idle)
 
 
+#: A line is one combination of every grouping's key. Costs are decided and rounded once per
+#: line, and every grouping's rows add those rounded lines up, so a view never disagrees with
+#: another by a cent (an org is exactly the sum of its projects, under every policy).
+LINE_KEYS = GROUPINGS
+
+
+@dataclasses.dataclass(frozen=True)
+class _Lines:
+    """Usage summed per line, with each line's exact direct cost and unpriced GPU-ms."""
+
+    frame: pl.DataFrame  # LINE_KEYS, _line, allocated_gpu_ms, used/idle hours, _measured
+    direct: dict[int, Decimal]
+    unpriced_ms: dict[int, float]
+
+
+def _lines(usage: pl.DataFrame, segments: Sequence[PriceSegment]) -> _Lines:
+    keyed = usage.with_columns(pl.col(k).fill_null("") for k in LINE_KEYS)
+    frame = (
+        keyed.group_by(LINE_KEYS)
+        .agg(
+            pl.col("allocated_gpu_ms").sum(),
+            pl.col("used_gpu_hours").sum(),
+            pl.col("idle_gpu_hours").sum(),
+            pl.col("used_gpu_hours").is_not_null().any().alias("_measured"),
+        )
+        .sort(LINE_KEYS)
+        .with_row_index("_line")
+    )
+    rows = keyed.join(frame.select(*LINE_KEYS, "_line"), on=list(LINE_KEYS)).with_row_index("_row")
+    priced, unpriced = priced_ms(rows, segments, "s", "e", "allocated_gpu_ms", ["_line"])
+    prices = [s.price for s in segments]
+    direct = dict.fromkeys(frame["_line"].to_list(), Decimal(0))
+    for line, seg, ms in priced.iter_rows():
+        direct[line] += ms_to_hours(ms) * prices[seg]
+    return _Lines(frame, direct, {int(k): float(v) for k, v in unpriced.iter_rows()})
+
+
+def _line_shares(
+    lines: _Lines, unallocated: Decimal, policy: IdlePolicy
+) -> tuple[dict[int, Decimal], Decimal]:
+    """Each line's exact share of the unallocated cost, and what stays unshared.
+
+    The policy decides each tenant's share (weighted by the tenants' direct cost, or even
+    between tenants); a tenant's share is then spread over its lines by their direct cost (by
+    their GPU-hours where it has none), so no grouping changes what a tenant carries.
+    """
+    tenant_of = dict(zip(lines.frame["_line"], lines.frame["tenant"], strict=True))
+    hours_of = dict(zip(lines.frame["_line"], lines.frame["allocated_gpu_ms"], strict=True))
+    by_tenant: dict[str, list[int]] = defaultdict(list)
+    for line, tenant in tenant_of.items():
+        by_tenant[tenant].append(line)
+    tenant_direct = {
+        t: sum((lines.direct[x] for x in members), Decimal(0)) for t, members in by_tenant.items()
+    }
+    tenant_share, unshared = share_unallocated(tenant_direct, unallocated, policy)
+    shares: dict[int, Decimal] = {}
+    for tenant, members in by_tenant.items():
+        weights = {x: lines.direct[x] for x in members}
+        if not any(weights.values()):
+            weights = {x: Decimal(hours_of[x]) for x in members}
+        if not any(weights.values()):
+            weights = dict.fromkeys(members, Decimal(1))
+        total = sum(weights.values(), Decimal(0))
+        for x in members:
+            shares[x] = tenant_share[tenant] * weights[x] / total
+    return shares, unshared
+
+
+def _capacity(
+    capacity: pl.DataFrame | None, segments: Sequence[PriceSegment]
+) -> tuple[Decimal | None, float | None, float | None, dict[tuple[str, str], float]]:
+    """Capacity cost (exact), capacity and healthy GPU-hours, unpriced capacity GPU-hours per
+    (gpu_model, pool); Nones without inventory."""
+    if capacity is None or not capacity.height:
+        return None, None, None, {}
+    capacity = capacity.with_row_index("_row").with_columns(
+        (pl.col("gpu_model") + "\x00" + pl.col("pool")).alias("_key")
+    )
+    priced, unpriced = priced_ms(capacity, segments, "cs", "ce", "capacity_gpu_ms", ["_key"])
+    cost = sum(
+        (ms_to_hours(ms) * segments[seg].price for _k, seg, ms in priced.iter_rows()), Decimal(0)
+    )
+    cap_ms = float(capacity["capacity_gpu_ms"].sum())
+    healthy_ms = float(capacity.filter(pl.col("health") == "healthy")["capacity_gpu_ms"].sum())
+    missing = {
+        (k.split("\x00")[0], k.split("\x00")[1]): ms / 3.6e6
+        for k, ms in unpriced.iter_rows()
+        if ms > 0
+    }
+    return cost, cap_ms / 3.6e6, healthy_ms / 3.6e6, missing
+
+
+def _unpriced(
+    lines: _Lines, capacity_missing: dict[tuple[str, str], float]
+) -> tuple[UnpricedHours, ...]:
+    allocated: dict[tuple[str, str], float] = defaultdict(float)
+    for line, model, pool in lines.frame.select("_line", "gpu_model", "pool").iter_rows():
+        ms = lines.unpriced_ms.get(line, 0.0)
+        if ms > 0:
+            allocated[(model, pool)] += ms / 3.6e6
+    pairs = sorted(set(allocated) | set(capacity_missing))
+    return tuple(
+        UnpricedHours(m, p, allocated.get((m, p), 0.0), capacity_missing.get((m, p), 0.0))
+        for m, p in pairs
+    )
+
+
 def build_ledger(
     usage: pl.DataFrame,
     capacity: pl.DataFrame | None,
@@ -97,84 +206,101 @@ def build_ledger(
     currency: str,
     stranded_gpu_hours: float | None = None,
 ) -> Ledger:
-    """Turn usage rows and capacity states into the ledger (pure: no I/O)."""
+    """Turn usage rows and capacity states into the ledger (pure: no I/O).
+
+    Direct cost is rounded on its own, so it never depends on the policy; the shares of the
+    unallocated cost are rounded to what is left of capacity cost, so the rows plus the
+    unallocated line equal it to the cent.
+    """
     if group_by not in GROUPINGS:
         raise LedgerError(f"--by {group_by!r} is not one of {', '.join(GROUPINGS)}")
-    prices = {i: s.price for i, s in enumerate(segments)}
-    usage = usage.with_row_index("_row").with_columns(pl.col(group_by).fill_null("").alias("_key"))
-    priced, unpriced = priced_ms(usage, segments, "s", "e", "allocated_gpu_ms", ["_key"])
-    direct: dict[str, Decimal] = defaultdict(Decimal)
-    for key, seg, ms in priced.iter_rows():
-        direct[key] += ms_to_hours(ms) * prices[seg]
-    unpriced_ms = float(unpriced["_ms"].sum() or 0)
-    per_key = usage.group_by("_key").agg(
-        pl.col("allocated_gpu_ms").sum(),
-        pl.col("used_gpu_hours").sum(),
-        pl.col("idle_gpu_hours").sum(),
-        pl.col("used_gpu_hours").is_not_null().any().alias("_m"),
+    lines = _lines(usage, segments)
+    capacity_cost, cap_hours, healthy, capacity_missing = _capacity(capacity, segments)
+    direct_exact = sum(lines.direct.values(), Decimal(0))
+    direct = round_conserving(lines.direct, direct_exact)
+    grand = (capacity_cost if capacity_cost is not None else direct_exact).quantize(CENT)
+    unallocated_exact = capacity_cost - direct_exact if capacity_cost is not None else Decimal(0)
+    shares_exact, unshared_exact = _line_shares(lines, unallocated_exact, policy)
+    shared = round_conserving(
+        {**{str(k): v for k, v in shares_exact.items()}, "u": unshared_exact},
+        grand - sum(direct.values(), Decimal(0)),
     )
-    for key in per_key["_key"]:
-        direct.setdefault(key, Decimal(0))
-
-    capacity_cost: Decimal | None = None
-    cap_hours = healthy = unhealthy = None
-    if capacity is not None and capacity.height:
-        capacity = capacity.with_row_index("_row").with_columns(pl.lit("").alias("_key"))
-        cap_priced, _ = priced_ms(capacity, segments, "cs", "ce", "capacity_gpu_ms", ["_key"])
-        capacity_cost = sum(
-            (ms_to_hours(ms) * prices[seg] for _k, seg, ms in cap_priced.iter_rows()), Decimal(0)
-        )
-        cap_ms = float(capacity["capacity_gpu_ms"].sum())
-        healthy_ms = float(capacity.filter(pl.col("health") == "healthy")["capacity_gpu_ms"].sum())
-        cap_hours, healthy = cap_ms / 3.6e6, healthy_ms / 3.6e6
-        unhealthy = cap_hours - healthy
-
-    direct_total = sum(direct.values(), Decimal(0))
-    unallocated_cost = (capacity_cost - direct_total) if capacity_cost is not None else Decimal(0)
-    shares, unshared = share_unallocated(direct, unallocated_cost, policy)
-    exact = {
-        **{f"d:{k}": v for k, v in direct.items()},
-        **{f"s:{k}": v for k, v in shares.items()},
-        "u": unshared,
-    }
-    grand = capacity_cost if capacity_cost is not None else direct_total
-    rounded = round_conserving(exact, grand)
-
-    stats = {r["_key"]: r for r in per_key.iter_rows(named=True)}
-    rows = []
-    for key in sorted(direct):
-        st = stats.get(key)
-        d, sh = rounded[f"d:{key}"], rounded[f"s:{key}"]
-        rows.append(
-            LedgerRow(
-                key=key or "(none)",
-                allocated_gpu_hours=(st["allocated_gpu_ms"] / 3.6e6) if st else 0.0,
-                used_gpu_hours=st["used_gpu_hours"] if st and st["_m"] else None,
-                idle_gpu_hours=st["idle_gpu_hours"] if st and st["_m"] else None,
-                direct_cost=d,
-                shared_cost=sh,
-                total_cost=d + sh,
-            )
-        )
+    rows = _rows(lines, direct, shared, group_by)
+    allocated_hours = float(lines.frame["allocated_gpu_ms"].sum() or 0) / 3.6e6
+    measured = lines.frame.filter(pl.col("_measured"))
+    unallocated_hours = (cap_hours - allocated_hours) if cap_hours is not None else None
+    unallocated_line = None
     if capacity_cost is not None and policy is IdlePolicy.NONE:
-        rows.append(LedgerRow(UNALLOCATED, 0.0, None, None, Decimal(0), rounded["u"], rounded["u"]))
-    allocated_hours = float(usage["allocated_gpu_ms"].sum() or 0) / 3.6e6
-    measured = usage.filter(pl.col("used_gpu_hours").is_not_null())
+        unallocated_line = UnallocatedLine(unallocated_hours or 0.0, shared["u"])
     totals = LedgerTotals(
         capacity_gpu_hours=cap_hours,
         healthy_gpu_hours=healthy,
-        unhealthy_gpu_hours=unhealthy,
+        unhealthy_gpu_hours=(cap_hours - healthy)
+        if cap_hours is not None and healthy is not None
+        else None,
         allocated_gpu_hours=allocated_hours,
         used_gpu_hours=float(measured["used_gpu_hours"].sum()) if measured.height else None,
         idle_gpu_hours=float(measured["idle_gpu_hours"].sum()) if measured.height else None,
-        unallocated_gpu_hours=(cap_hours - allocated_hours) if cap_hours is not None else None,
+        unallocated_gpu_hours=unallocated_hours,
         stranded_gpu_hours=stranded_gpu_hours,
-        unpriced_gpu_hours=unpriced_ms / 3.6e6,
-        capacity_cost=capacity_cost.quantize(CENT) if capacity_cost is not None else None,
-        unshared_cost=rounded["u"],
-        total_cost=sum((r.total_cost for r in rows), Decimal(0)),
+        unpriced_gpu_hours=sum(lines.unpriced_ms.values(), 0.0) / 3.6e6,
+        capacity_cost=grand if capacity_cost is not None else None,
+        unshared_cost=shared["u"],
+        total_cost=sum((r.total_cost for r in rows), Decimal(0)) + shared["u"],
     )
-    return Ledger(window, computed_until, group_by, policy, idle, currency, tuple(rows), totals)
+    return Ledger(
+        window,
+        computed_until,
+        group_by,
+        policy,
+        idle,
+        currency,
+        tuple(rows),
+        totals,
+        unallocated=unallocated_line,
+        unpriced=_unpriced(lines, capacity_missing),
+    )
+
+
+def _rows(
+    lines: _Lines, direct: dict[int, Decimal], shared: dict[str, Decimal], group_by: str
+) -> list[LedgerRow]:
+    """The rounded lines added up by ``group_by``'s key."""
+    acc: dict[str, dict[str, Any]] = {}
+    for r in lines.frame.iter_rows(named=True):
+        line, key = r["_line"], r[group_by]
+        a = acc.setdefault(
+            key,
+            {
+                "ms": 0.0,
+                "used": 0.0,
+                "idle": 0.0,
+                "measured": False,
+                "unpriced": 0.0,
+                "direct": Decimal(0),
+                "shared": Decimal(0),
+            },
+        )
+        a["ms"] += r["allocated_gpu_ms"]
+        a["used"] += r["used_gpu_hours"] or 0.0
+        a["idle"] += r["idle_gpu_hours"] or 0.0
+        a["measured"] |= r["_measured"]
+        a["unpriced"] += lines.unpriced_ms.get(line, 0.0)
+        a["direct"] += direct[line]
+        a["shared"] += shared[str(line)]
+    return [
+        LedgerRow(
+            key=key or "(none)",
+            allocated_gpu_hours=a["ms"] / 3.6e6,
+            used_gpu_hours=a["used"] if a["measured"] else None,
+            idle_gpu_hours=a["idle"] if a["measured"] else None,
+            direct_cost=a["direct"],
+            shared_cost=a["shared"],
+            total_cost=a["direct"] + a["shared"],
+            unpriced_gpu_hours=a["unpriced"] / 3.6e6,
+        )
+        for key, a in sorted(acc.items())
+    ]
 
 
 def priced_inputs(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from decimal import Decimal
 from typing import Any
 
@@ -24,7 +25,13 @@ import polars as pl
 
 from warehouse.client import Warehouse
 from warehouse.ledger.compute import build_ledger, priced_inputs
-from warehouse.ledger.pricing import PriceBook, load_price_book, ms_to_hours, priced_ms
+from warehouse.ledger.pricing import (
+    PriceBook,
+    load_price_book,
+    ms_to_hours,
+    priced_ms,
+    round_conserving,
+)
 from warehouse.ledger.result import IdlePolicy, IdleRule, LedgerError, Window
 
 _CENT = Decimal("0.01")
@@ -32,11 +39,16 @@ _CENT = Decimal("0.01")
 
 @dataclasses.dataclass(frozen=True)
 class MonthCost:
+    """A month's cost (or the part of it compared, see :func:`why_cost`)."""
+
     month: str
     gpu_hours: dict[str, float]  # per GPU model
     direct: dict[str, Decimal]  # per GPU model, exact
     shared: Decimal
     idle_gpu_hours: float
+    total_cost: Decimal | None = None  # as the ledger shows it (rounded); None: exact sum
+    days: float = 0.0  # days of the month compared
+    days_in_month: int = 0
 
     @property
     def hours(self) -> float:
@@ -44,7 +56,18 @@ class MonthCost:
 
     @property
     def total(self) -> Decimal:
+        if self.total_cost is not None:
+            return self.total_cost
         return sum(self.direct.values(), Decimal(0)) + self.shared
+
+    @property
+    def partial(self) -> bool:
+        return 0 < self.days < self.days_in_month
+
+    def label(self) -> str:
+        if not self.partial:
+            return self.month
+        return f"{self.month} (first {self.days:g} of {self.days_in_month} days)"
 
     def price(self, model: str) -> Decimal | None:
         hours = self.gpu_hours.get(model, 0.0)
@@ -60,6 +83,7 @@ class CostChange:
     mix: Decimal
     price: Decimal
     unallocated_share: Decimal
+    currency: str = ""
 
     @property
     def change(self) -> Decimal:
@@ -71,6 +95,9 @@ class CostChange:
 
         return {
             "tenant": self.tenant or None,
+            "currency": self.currency,
+            "partial": self.current.partial,
+            "days_compared": self.current.days,
             "previous": {
                 "month": self.previous.month,
                 "total_cost": money(self.previous.total),
@@ -105,10 +132,16 @@ class CostChange:
         who = f"tenant {self.tenant}" if self.tenant else "the cluster"
         a, b = self.previous, self.current
         verb = "rose" if self.change > 0 else "fell" if self.change < 0 else "did not change"
+        cur = f" {self.currency}" if self.currency else ""
         lines = [
-            f"Cost of {who} {verb} from {a.total.quantize(_CENT)} in {a.month} to "
-            f"{b.total.quantize(_CENT)} in {b.month} ({_cents(self.change):+}):"
+            f"Cost of {who} {verb} from {_cents(a.total)}{cur} in {a.label()} to "
+            f"{_cents(b.total)}{cur} in {b.label()} ({_cents(self.change):+}{cur}):"
         ]
+        if b.partial:
+            lines.append(
+                f"  ({b.month} is not over: its first {b.days:g} days are compared with the "
+                f"first {a.days:g} days of {a.month})"
+            )
         parts = (
             ("volume", self.volume, f"{a.hours:,.1f} → {b.hours:,.1f} GPU-hours"),
             ("GPU-model mix", self.mix, "hours moved between models"),
@@ -121,7 +154,7 @@ class CostChange:
             ),
         )
         for name, amount, note in sorted(parts, key=lambda p: -abs(p[1])):
-            lines.append(f"  {name:<18} {_cents(amount):>+12}  ({note})")
+            lines.append(f"  {name:<18} {_cents(amount):>+12}{cur}  ({note})")
         return "\n".join(lines)
 
 
@@ -133,8 +166,9 @@ def _opt(v: Decimal | None) -> str | None:
     return None if v is None else str(v.quantize(Decimal("0.0001")))
 
 
-def decompose(tenant: str, a: MonthCost, b: MonthCost) -> CostChange:
-    """The four effects, exact (pure: no I/O)."""
+def decompose(tenant: str, a: MonthCost, b: MonthCost, currency: str = "") -> CostChange:
+    """The four effects (pure: no I/O), rounded to cents so that they add up to the change
+    between the two totals as the ledger shows them."""
     models = set(a.gpu_hours) | set(b.gpu_hours)
     p_a = {m: a.price(m) or b.price(m) or Decimal(0) for m in models}
     p_b = {m: b.price(m) or p_a[m] for m in models}
@@ -147,7 +181,11 @@ def decompose(tenant: str, a: MonthCost, b: MonthCost) -> CostChange:
     price = sum((Decimal(b.gpu_hours.get(m, 0.0)) * (p_b[m] - p_a[m]) for m in models), Decimal(0))
     if not h_a:  # nothing to compare with: everything is volume
         volume, mix, price = sum(b.direct.values(), Decimal(0)), Decimal(0), Decimal(0)
-    return CostChange(tenant, a, b, volume, mix, price, b.shared - a.shared)
+    effects = {"volume": volume, "mix": mix, "price": price, "share": b.shared - a.shared}
+    cents = round_conserving(effects, b.total - a.total)
+    return CostChange(
+        tenant, a, b, cents["volume"], cents["mix"], cents["price"], cents["share"], currency
+    )
 
 
 def month_window(month: str) -> Window:
@@ -164,6 +202,7 @@ def month_cost(
     month: str,
     *,
     now: dt.datetime,
+    days: float | None = None,
     prices: PriceBook,
     tenant: str = "",
     cluster: str = "",
@@ -172,7 +211,11 @@ def month_cost(
 ) -> MonthCost:
     """A month's GPU-hours and direct cost per model, and the shared (unallocated) cost, for
     ``tenant`` (or the whole cluster when empty)."""
-    window = month_window(month)
+    whole_month = month_window(month)
+    window = whole_month
+    if days is not None:
+        cut = min(whole_month.end, whole_month.start + dt.timedelta(days=days))
+        window = Window(whole_month.start, max(cut, whole_month.start + dt.timedelta(hours=1)))
     idle = idle or IdleRule()
     usage, capacity, segments = priced_inputs(
         wh, window, now=now, idle=idle, prices=prices, cluster=cluster
@@ -191,9 +234,11 @@ def month_cost(
     if tenant:
         row = whole.row(tenant)
         shared = row.shared_cost if row else Decimal(0)
+        total = row.total_cost if row else Decimal(0)
         usage = usage.filter(pl.col("tenant") == tenant)
     else:
         shared = sum((r.shared_cost for r in whole.rows), Decimal(0)) + whole.totals.unshared_cost
+        total = whole.totals.total_cost
     # direct cost per model, exact (unrounded), so that an unchanged price shows no effect
     keyed = usage.with_row_index("_row").with_columns(pl.col("gpu_model").alias("_key"))
     priced, _unpriced = priced_ms(keyed, segments, "s", "e", "allocated_gpu_ms", ["_key"])
@@ -204,7 +249,17 @@ def month_cost(
     gpu_hours = {m: float(h) for m, h in hours.iter_rows()}
     for model in gpu_hours:
         direct.setdefault(model, Decimal(0))
-    return MonthCost(month, gpu_hours, direct, shared, float(usage["idle_gpu_hours"].sum() or 0.0))
+    covered = (window.until(now) - window.start) / dt.timedelta(days=1)
+    return MonthCost(
+        month,
+        gpu_hours,
+        direct,
+        shared,
+        float(usage["idle_gpu_hours"].sum() or 0.0),
+        total_cost=total,
+        days=round(covered, 3),
+        days_in_month=(whole_month.end - whole_month.start).days,
+    )
 
 
 def why_cost(
@@ -217,12 +272,41 @@ def why_cost(
     idle: IdleRule | None = None,
     prices: PriceBook | None = None,
 ) -> CostChange:
-    """Why ``month``'s cost differs from the month before it."""
+    """Why ``month``'s cost differs from the month before it. A month not over yet at ``now``
+    is compared like with like: its days so far against the same first days of the month
+    before."""
     window = month_window(month)
+    if window.start >= now:
+        raise LedgerError(f"--month {month} has not started yet: pick a month up to {now:%Y-%m}")
     previous = (window.start - dt.timedelta(days=1)).strftime("%Y-%m")
     book = prices if prices is not None else load_price_book(wh)
-    months = [
-        month_cost(wh, m, now=now, prices=book, tenant=tenant, cluster=cluster, idle=idle)
-        for m in (previous, month)
-    ]
-    return decompose(tenant, *months)
+    of = functools.partial(
+        month_cost, wh, now=now, prices=book, tenant=tenant, cluster=cluster, idle=idle
+    )
+    current = of(month)
+    before = of(previous, days=current.days if current.partial else None)
+    if tenant and not (current.gpu_hours or before.gpu_hours):
+        known = _tenants(wh, window, now, cluster, book, idle)
+        raise LedgerError(
+            f"--tenant {tenant!r} held no GPU in {previous} or {month}"
+            + (f": tenants then were {', '.join(known[:20])}" if known else "")
+        )
+    return decompose(tenant, before, current, book.currency)
+
+
+def _tenants(
+    wh: Warehouse,
+    window: Window,
+    now: dt.datetime,
+    cluster: str,
+    prices: PriceBook,
+    idle: IdleRule | None,
+) -> list[str]:
+    """The tenants that held GPUs in the month before ``window`` and in it."""
+    both = Window(
+        (window.start - dt.timedelta(days=1)).replace(day=1, hour=0, minute=0), window.end
+    )
+    usage, _capacity, _segments = priced_inputs(
+        wh, both, now=now, idle=idle or IdleRule(), prices=prices, cluster=cluster
+    )
+    return sorted({str(t) for t in usage["tenant"].to_list() if t})

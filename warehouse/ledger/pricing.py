@@ -62,8 +62,10 @@ class PriceBook:
         )
 
 
-def load_price_book(wh: Warehouse, default_currency: str = "USD") -> PriceBook:
-    """The warehouse's price book (the latest version of each entry)."""
+def load_price_book(wh: Warehouse, currency: str = "USD") -> PriceBook:
+    """The warehouse's price book (the latest version of each entry), whose GPU-hour prices
+    must be in ``currency`` (the ledger's): prices are never converted, so a book in another
+    currency is an error, not a silent relabelling."""
     entries = tuple(
         PriceEntry(
             r["resource"],
@@ -75,7 +77,14 @@ def load_price_book(wh: Warehouse, default_currency: str = "USD") -> PriceBook:
         )
         for r in queries.run(wh, "ledger_prices").iter_rows(named=True)
     )
-    return PriceBook(entries, default_currency)
+    book = PriceBook(entries, currency)
+    if book.currency != currency:
+        raise LedgerError(
+            f"the price book's GPU-hour prices are in {book.currency}, but ledger.currency is "
+            f'{currency!r}: set ledger.currency = "{book.currency}", or load a price book in '
+            f"{currency} (prices are never converted)"
+        )
+    return book
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,8 +171,10 @@ def priced_ms(
         .group_by([*keys, "seg"])
         .agg(pl.col("_ms").sum())
     )
+    # a row that no segment prices has a null seg: it is unpriced whole
+    in_segment = pl.when(pl.col("seg").is_not_null()).then(pl.col(weight) * overlap / span)
     covered = clipped.group_by([*keys, "_row"]).agg(
-        (pl.col(weight).first() - (pl.col(weight) * overlap / span).fill_null(0).sum()).alias("_ms")
+        (pl.col(weight).first() - in_segment.fill_null(0).sum()).alias("_ms")
     )
     unpriced = covered.group_by(keys).agg(pl.col("_ms").sum())
     return priced, unpriced

@@ -119,6 +119,26 @@ class LedgerRow:
     direct_cost: Decimal
     shared_cost: Decimal
     total_cost: Decimal
+    unpriced_gpu_hours: float = 0.0  # held where the price book has no price: not in the cost
+
+
+@dataclasses.dataclass(frozen=True)
+class UnallocatedLine:
+    """Under the ``none`` policy: the capacity nobody held and its cost, charged to no tenant."""
+
+    gpu_hours: float
+    cost: Decimal
+    name: str = "unallocated capacity"
+
+
+@dataclasses.dataclass(frozen=True)
+class UnpricedHours:
+    """GPU-hours of one (gpu_model, pool) that no price-book entry prices in the window."""
+
+    gpu_model: str
+    pool: str
+    allocated_gpu_hours: float
+    capacity_gpu_hours: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,8 +197,10 @@ class Ledger:
     """GPU-hours, idle time and cost of ``window`` grouped by ``group_by``.
 
     ``computed_until`` is where the clock cut the window (``now`` when the window reaches
-    into the future). ``rows`` include the unshared ``__unallocated__`` line under the
-    ``none`` policy; ``conserved`` says whether rows add up to capacity cost to the cent.
+    into the future). Under the ``none`` policy the unallocated capacity's cost is the
+    ``unallocated`` line, beside the rows; ``conserved`` says whether the rows and that line
+    add up to capacity cost to the cent. ``unpriced`` names the hours the price book misses:
+    they are in the hours but in no cost.
     """
 
     window: Window
@@ -189,14 +211,35 @@ class Ledger:
     currency: str
     rows: tuple[LedgerRow, ...]
     totals: LedgerTotals
+    unallocated: UnallocatedLine | None = None
+    unpriced: tuple[UnpricedHours, ...] = ()
     energy: EnergyReport | None = None
 
     @property
     def conserved(self) -> bool | None:
-        """Rows plus unshared lines equal capacity cost (None without inventory)."""
+        """Rows plus the unallocated line equal capacity cost (None without inventory)."""
         if self.totals.capacity_cost is None:
             return None
         return self.totals.total_cost == self.totals.capacity_cost
+
+    def conservation_note(self) -> str:
+        """One sentence on whether the cost adds up, and what it leaves out."""
+        if self.conserved is None:
+            note = "conservation: n/a (no GPU inventory in the window to cost capacity by)"
+        else:
+            verdict = "holds" if self.conserved else "DOES NOT HOLD"
+            note = f"conservation: rows + unallocated = capacity cost: {verdict}"
+        missing = [u for u in self.unpriced if u.allocated_gpu_hours or u.capacity_gpu_hours]
+        if missing:
+            hours = sum(max(u.allocated_gpu_hours, u.capacity_gpu_hours) for u in missing)
+            what = ", ".join(
+                f"{u.gpu_model or '(no model)'} in {u.pool or '(no pool)'}" for u in missing
+            )
+            note += (
+                f"; {hours:,.3f} GPU-hours have no price ({what}) and are in no cost: "
+                "add them to the price book"
+            )
+        return note
 
     def row(self, key: str) -> LedgerRow | None:
         return next((r for r in self.rows if r.key == key), None)
@@ -220,8 +263,25 @@ class Ledger:
                     "direct_cost": _money(r.direct_cost),
                     "shared_cost": _money(r.shared_cost),
                     "total_cost": _money(r.total_cost),
+                    "unpriced_gpu_hours": _hours(r.unpriced_gpu_hours),
                 }
                 for r in self.rows
+            ],
+            "unallocated": None
+            if self.unallocated is None
+            else {
+                "name": self.unallocated.name,
+                "gpu_hours": _hours(self.unallocated.gpu_hours),
+                "cost": _money(self.unallocated.cost),
+            },
+            "unpriced": [
+                {
+                    "gpu_model": u.gpu_model,
+                    "pool": u.pool,
+                    "allocated_gpu_hours": _hours(u.allocated_gpu_hours),
+                    "capacity_gpu_hours": _hours(u.capacity_gpu_hours),
+                }
+                for u in self.unpriced
             ],
             "totals": {
                 f.name: (_money(v) if isinstance(v, Decimal) else _hours(v))
@@ -229,6 +289,7 @@ class Ledger:
                 for v in (getattr(t, f.name),)
             },
             "conserved": self.conserved,
+            "conservation": self.conservation_note(),
         }
         if self.energy is not None:
             doc["energy"] = self.energy.to_json()

@@ -11,6 +11,7 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_FLOOR, Decimal
+from typing import TypeVar
 
 import polars as pl
 
@@ -203,7 +204,11 @@ def share_unallocated(
     return {k: unallocated * direct[k] / total for k in keys}, Decimal(0)
 
 
-def round_conserving(amounts: Mapping[str, Decimal], total: Decimal) -> dict[str, Decimal]:
+#: A line's key: a tenant's name, or a line number; sortable, so ties are broken the same way.
+Key = TypeVar("Key", str, int)
+
+
+def round_conserving(amounts: Mapping[Key, Decimal], total: Decimal) -> dict[Key, Decimal]:
     """Round each amount to cents so that they sum to ``total`` rounded to cents.
 
     Largest remainder: floor everything, then hand the missing cents to the largest fractional

@@ -26,6 +26,7 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
 
     wh = open_warehouse(settings, must_exist=True)
+    wh.name_tables_unqualified()
     columns, rows = wh.table(args.query)
     sys.stdout.write(format_rows(columns, rows, args.format))
     return 0

@@ -49,6 +49,9 @@ def test_sql_formats_and_db_status(
     assert as_json == [{"n": 0, "s": "0"}, {"n": 1, "s": "2"}, {"n": 2, "s": "4"}]
     as_csv = run(gpuledger_cmd, cli_env, "sql", query, "--format", "csv", "--data-dir", d).stdout
     assert as_csv.splitlines() == ["n,s", "0,0", "1,2", "2,4"]
+    # a table named without its database is the warehouse's own
+    bare = run(gpuledger_cmd, cli_env, "sql", "SELECT count() FROM gpu_samples", "--data-dir", d)
+    assert bare.returncode == 0 and bare.stdout.split()[2:] == ["0", "(1", "row)"], bare.stderr
 
 
 def test_sql_json_holds_every_type(

@@ -128,6 +128,12 @@ class Warehouse:
         self.embedded = urlsplit(dsn).scheme == "chdb"
         self._settings_known: dict[str, bool] = {}
 
+    def name_tables_unqualified(self) -> None:
+        """Let a table name without a database mean this warehouse's table, as a person typing
+        ``SELECT ... FROM gpu_samples`` at the SQL console expects (gpuledger's own queries
+        always name the database)."""
+        self.client.database = self.database
+
     def has_setting(self, name: str) -> bool:
         """Whether the engine knows the setting ``name`` (asked once per name, then cached):
         lets a query use a newer engine's feature and still run on an older server."""

@@ -653,11 +653,20 @@ def _idle_verdict(
                 "utilisation samples since then, so gpuledger cannot "
                 "tell whether it is used",
             )
+        mean, peak = run["latest_util_mean"], run["latest_util_max"]
+        busy = f"a mean of {mean:.0%}, " if mean is not None else ""
         return "busy", Reason(
             "busy",
-            f"{name} is not idle: allocated to {jobs}, and its latest "
-            f"minute reached {threshold:.0%} utilisation",
-            {"last_busy_minute": run["last_busy_minute"]},
+            f"{name} is not idle: allocated to {jobs}, and its latest minute "
+            f"({_when(run['latest_minute'])}) ran at {busy}peaking at {peak:.0%} "
+            f"(idle is under {threshold:.0%})",
+            {
+                "last_busy_minute": run["last_busy_minute"],
+                "latest_minute": run["latest_minute"],
+                "latest_util_mean_ratio": mean,
+                "latest_util_max_ratio": peak,
+                "threshold_ratio": threshold,
+            },
         )
     since = run["first_minute"]
     seconds = (run["last_minute"] + _MINUTE - since).total_seconds()

@@ -31,9 +31,11 @@ JOB_EVENTS = (
     "preempted",
     "evicted",
     "cancelled",
+    "censored",
 )
-#: Events that end an allocation interval.
-TERMINAL_EVENTS = frozenset({"finished", "failed", "preempted", "evicted", "cancelled"})
+#: Events that end an allocation interval. ``censored``: the source stopped observing while
+#: the job still ran or waited (a trace's end), so what it held is counted up to there only.
+TERMINAL_EVENTS = frozenset({"finished", "failed", "preempted", "evicted", "cancelled", "censored"})
 WORKLOAD_TYPES = ("training", "inference", "notebook", "other")
 GPU_HEALTH = ("healthy", "unhealthy", "down", "retired")
 NODE_STATES = ("ready", "notready", "down", "retired")

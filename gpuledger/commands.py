@@ -292,6 +292,7 @@ def render_ledger(ledger: Ledger, fmt: str) -> str:
         value = getattr(ledger.totals, name)
         out.append(f"  {name:<22} {_fixed(value) if value is not None else 'n/a'}\n")
     out.append(f"  {ledger.conservation_note()}\n")
+    out.extend(f"  {c.note()}\n" for c in ledger.censored)
     e = ledger.energy
     if e is not None:
         unpriced = f"; {e.unpriced_kwh:.3f} kWh with no energy_kwh price" if e.unpriced_kwh else ""

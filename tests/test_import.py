@@ -6,11 +6,13 @@ import datetime as dt
 import json
 import subprocess
 
+import pytest
 from conftest import DATA
 
 from collector.traces import alibaba as traces
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
+from warehouse.ledger import Window, compute_ledger
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 V2023 = DATA / "alibaba-gpu-v2023"
@@ -42,6 +44,28 @@ def test_v2025_gpu_hours_per_app_agree_with_the_trace(wh: Warehouse) -> None:
     assert set(got) <= set(expected)
     for tenant, hours in expected.items():
         assert abs(got.get(tenant, 0.0) - hours) < 1e-6 * max(1.0, hours), tenant
+
+    # instances the trace leaves open are cut at its end, and the ledger says so; a month
+    # after the trace nothing is held (they used to accrue for ever)
+    open_at_end = {e.job_id for e in events if e.event == "censored" and e.gpus_requested > 0}
+    trace = compute_ledger(wh, Window(a, b), now=b + dt.timedelta(days=400), stranded=False)
+    assert trace.totals.allocated_gpu_hours == pytest.approx(sum(expected.values()), rel=1e-9)
+    (cut,) = trace.censored
+    assert (cut.cluster, cut.observation_end, cut.allocations) == (
+        "alibaba-v2025",
+        b,
+        len(open_at_end),
+    )
+    assert 0 < cut.gpu_hours < trace.totals.allocated_gpu_hours
+    assert f"were still open when its observation ended at {b:%Y-%m-%d %H:%M:%S} UTC" in cut.note()
+    later = b.date() + dt.timedelta(days=30)
+    after = compute_ledger(
+        wh,
+        Window.days(later, later + dt.timedelta(days=29)),
+        now=b + dt.timedelta(days=400),
+        stranded=False,
+    )
+    assert after.totals.allocated_gpu_hours == 0 and after.censored == ()
 
 
 def test_import_v2023_from_the_command_line(tmp_path, gpuledger_cmd, cli_env) -> None:

@@ -113,7 +113,10 @@ def test_v2023_pod_events(v2023: list[Batch], pods_csv: dict[str, dict[str, str]
     s = shared["started"]
     assert (s.gpus_requested, s.gpu_fraction, s.priority_class) == (0.46, 0.46, "LS")
     assert s.ts == START + dt.timedelta(seconds=427061)
-    assert "finished" not in shared  # deleted at the trace's end: still running
+    assert "finished" not in shared  # deleted at the trace's end: still running, so cut there
+    assert shared["censored"].started_at == s.ts and "still Running when the trace ends" in (
+        shared["censored"].reason
+    )
     end = max(
         int(r[c])
         for r in pods_csv.values()
@@ -129,8 +132,8 @@ def test_v2023_pod_events(v2023: list[Batch], pods_csv: dict[str, dict[str, str]
         want = {
             "Succeeded": ["finished"],
             "Failed": ["failed"],
-            "Running": [] if deleted == end else ["finished"],
-            "Pending": [] if deleted == end else ["cancelled"],
+            "Running": ["censored"] if deleted == end else ["finished"],
+            "Pending": ["censored"] if deleted == end else ["cancelled"],
         }[phase]
         assert terminal == want, name
         if terminal:
@@ -149,7 +152,8 @@ def test_v2023_allocation_from_events(v2023: list[Batch]) -> None:
         e for e in _all(v2023, "job_events") if e.job_id in ("openb-pod-0001", "openb-pod-0017")
     ]
     shared, whole = allocation_intervals(events, key=lambda e: e.job_id)
-    assert (shared.key, shared.gpus, shared.end) == ("openb-pod-0001", 0.46, None)
+    assert (shared.key, shared.gpus) == ("openb-pod-0001", 0.46)
+    assert shared.end == START + dt.timedelta(seconds=12902960)  # the trace's end
     assert (whole.key, whole.gpus) == ("openb-pod-0017", 8.0)  # Succeeded, 8 GPUs
     assert whole.end == START + dt.timedelta(seconds=10769854)
     hours = gpu_hours([shared, whole], START, START + dt.timedelta(seconds=12902960))
@@ -219,6 +223,7 @@ def test_v2023_bad_rows_are_rejected(tmp_path: Path) -> None:
     assert events[("p1", "finished")].gpu_model == "V100M16|V100M32"
     assert events[("p1", "finished")].gpu_fraction == 0.25
     assert ("p7", "finished") not in events  # deleted at the end (60): still running
+    assert events[("p7", "censored")].ts == START + dt.timedelta(seconds=60)
     assert events[("p7", "started")].gpus_requested == 2.0
     assert [n.node for n in _all(batches, "nodes")] == ["n1"]
 
@@ -249,7 +254,8 @@ def test_v2025_events_follow_the_rows(v2025: list[Batch]) -> None:
     for e in _all(v2025, "job_events"):
         by.setdefault(e.job_id, {})[e.event] = e
     old = by["instance_0"]  # HN app_0, no times at all: the whole window
-    assert list(old) == ["started"] and old["started"].ts == START
+    assert list(old) == ["started", "censored"] and old["started"].ts == START
+    assert old["censored"].ts == alibaba_v2025_window(V2025, START)[1]
     assert old["started"].gpus_requested == 1.0 and old["started"].workload_type == "inference"
     gone = by["instance_2454"]  # CN, only a deletion_time of 85 s
     assert list(gone) == ["started", "finished"]

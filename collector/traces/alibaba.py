@@ -14,8 +14,10 @@ records come back as :class:`~collector.records.Reject`\\ s, never as an excepti
   ones included; the largest time in the file is the trace's end. So: Succeeded -> finished
   and Failed -> failed at deletion_time; a Running pod deleted before the trace's end ->
   finished (reason "deleted while Running"), one deleted at the trace's end (or without a
-  deletion_time) was still running: no terminal event; a Pending pod deleted before the end
-  -> cancelled (reason "deleted while Pending"), else it still waits.
+  deletion_time) was still running; a Pending pod deleted before the end -> cancelled (reason
+  "deleted while Pending"), else it still waits. A pod still running or waiting at the
+  trace's end gets a ``censored`` event there: the trace observed nothing after, so what it
+  held is counted up to the end and no further (never "held forever").
 * GPUs: ``num_gpu``, or ``gpu_milli``/1000 for a pod sharing one GPU (then ``gpu_fraction``
   is that share too). ``gpu_spec`` is the requested model, verbatim: ``V100M16|V100M32``
   means any of them. ``qos`` -> ``priority_class``. The trace names no tenant (the tenant is
@@ -32,9 +34,9 @@ records come back as :class:`~collector.records.Reject`\\ s, never as an excepti
 * Window: from ``start`` (offset 0) to the largest time in the file. ``submitted`` at
   creation_time; ``started`` at scheduled_time, or at the window's start when both are empty
   (the instance ran before the window; reason "scheduled before the trace window");
-  ``finished`` at deletion_time, none when it is empty (still running after the window).
-  GPU-hours over a span are therefore the instance's held time clipped to that span
-  (:func:`gpu_hours`).
+  ``finished`` at deletion_time; ``censored`` at the window's end when it is empty (still
+  running or waiting when the trace ends). GPU-hours over a span are therefore the instance's
+  held time clipped to that span and to the trace (:func:`gpu_hours`).
 """
 
 from __future__ import annotations
@@ -341,7 +343,9 @@ def _v2023_pod(
     if started is not None:
         events.append(base._replace(ts=started, event="started"))
     still_there = phase in ("Running", "Pending") and (deleted is None or deleted >= end_ms)
-    if deleted is not None and not still_there:
+    if still_there:
+        events.append(_censored(base, start, end_ms, started, f"still {phase}"))
+    elif deleted is not None:
         event, reason = _V2023_END[phase]
         if started is None and event != "cancelled":
             event, reason = "cancelled", f"deleted before being scheduled ({phase})"
@@ -349,6 +353,19 @@ def _v2023_pod(
             base._replace(ts=_at(start, deleted), event=event, started_at=started, reason=reason)
         )
     return events
+
+
+def _censored(
+    base: JobEvent, start: dt.datetime, end_ms: int, started: dt.datetime | None, state: str
+) -> JobEvent:
+    """The trace's end for a job it leaves open: what the job held or waited is known up to
+    there only, so its interval ends there, marked as cut short rather than finished."""
+    return base._replace(
+        ts=_at(start, end_ms),
+        event="censored",
+        started_at=started,
+        reason=f"{state} when the trace ends (its observation end): nothing is known after",
+    )
 
 
 def _at(start: dt.datetime, ms: int) -> dt.datetime:
@@ -367,12 +384,13 @@ def alibaba_v2025(
     """Instance events of the Alibaba GPU-disaggregated DLRM trace (see the module docstring)."""
     _check_aware(start)
     source = "alibaba-v2025"
-    rows = list(_rows(csv_path, V2025_COLUMNS))
+    rows = list(_rows(csv_path, V2025_COLUMNS))  # two passes: the end comes first
+    end_ms = _v2025_end_ms(rows)
     chunker = _Chunker(chunk_size)
     seen: set[str] = set()
     for row, raw in rows:
         try:
-            events = _v2025_instance(row, start, cluster, source, org, seen)
+            events = _v2025_instance(row, start, cluster, source, org, seen, end_ms)
         except _BadRow as bad:
             yield from chunker.add("rejects", [_reject(source, "job_event", bad, raw)])
             continue
@@ -386,16 +404,20 @@ def alibaba_v2025_window(
 ) -> tuple[dt.datetime, dt.datetime]:
     """The trace's window: ``start`` to ``start`` + the largest time in the file."""
     _check_aware(start)
-    end = max(
+    return start, _at(start, _v2025_end_ms(_rows(csv_path, V2025_COLUMNS)))
+
+
+def _v2025_end_ms(rows: Iterable[tuple[dict[str, str], str]]) -> int:
+    """The largest time in the file: the trace's observation end."""
+    return max(
         (
             t
-            for row, _ in _rows(csv_path, V2025_COLUMNS)
+            for row, _ in rows
             if "__bad__" not in row
             for t in _safe_offsets(row, ("creation_time", "scheduled_time", "deletion_time"))
         ),
         default=0,
     )
-    return start, _at(start, end)
 
 
 def _v2025_instance(
@@ -405,6 +427,7 @@ def _v2025_instance(
     source: str,
     org: str | None,
     seen: set[str],
+    end_ms: int,
 ) -> list[JobEvent]:
     _bad_shape(row)
     sn, role, app = (row[f].strip() for f in ("instance_sn", "role", "app_name"))
@@ -456,6 +479,9 @@ def _v2025_instance(
         events.append(
             base._replace(ts=_at(start, deleted), event=event, started_at=started, reason="deleted")
         )
+    else:
+        state = "still running" if started is not None else "still waiting"
+        events.append(_censored(base, start, end_ms, started, state))
     return events
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import polars as pl
 
+from collector.records import TERMINAL_EVENTS
 from gpuledger_errors import InputError
 from warehouse import queries
 from warehouse.analytics import queues
@@ -204,7 +205,9 @@ def why_job(wh: Warehouse, cluster: str, job_id: str, at: dt.datetime) -> Explan
     """
     at = _at(at)
     rows = list(
-        queries.run(wh, "why_job", cluster=cluster, job_id=job_id, at=at).iter_rows(named=True)
+        queries.run(
+            wh, "why_job", cluster=cluster, job_id=job_id, at=at, terminal=sorted(TERMINAL_EVENTS)
+        ).iter_rows(named=True)
     )
     if not rows:
         raise ExplainError(

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from collector.records import TERMINAL_EVENTS
 from gpuledger_errors import InputError
 from warehouse import queries
 from warehouse.client import Warehouse
@@ -69,7 +70,14 @@ def attempts(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime) 
     gpu_hours.
     """
     start, end = _window(start, end)
-    return queries.run(wh, "queue_attempts", cluster=cluster, start=start, end=end)
+    return queries.run(
+        wh,
+        "queue_attempts",
+        cluster=cluster,
+        start=start,
+        end=end,
+        terminal=sorted(TERMINAL_EVENTS),
+    )
 
 
 # -- pure functions over attempt rows ---------------------------------------------------------
@@ -180,7 +188,9 @@ def outcome_rates(
     """How the attempts that ran ended in [start, end), with failure and preemption rates.
 
     Columns: the ``by`` columns, ended, finished, failed, preempted, evicted, cancelled,
-    failure_rate, preemption_rate, cancelled_waiting.
+    failure_rate, preemption_rate, cancelled_waiting, and censored: the attempts still running
+    or waiting when the source's observation ended (a trace's end), which did not end at all
+    as far as anyone knows, so they are in no rate.
     """
     by = _by(by)
     in_window = (pl.col("ended_ts") >= start) & (pl.col("ended_ts") < end)
@@ -190,11 +200,12 @@ def outcome_rates(
         rows.filter(in_window)
         .group_by(by or pl.lit(0).alias("_all"))
         .agg(
-            (in_window & ran).sum().alias("ended"),
+            (in_window & ran & pl.col("end_event").is_in(ENDINGS)).sum().alias("ended"),
             *counts,
             (in_window & ~ran & (pl.col("end_event") == "cancelled"))
             .sum()
             .alias("cancelled_waiting"),
+            (in_window & (pl.col("end_event") == "censored")).sum().alias("censored"),
         )
     )
     ended = pl.col("ended")
@@ -204,7 +215,15 @@ def outcome_rates(
         .then((pl.col("preempted") + pl.col("evicted")) / ended)
         .alias("preemption_rate"),
     )
-    cols = [*by, "ended", *ENDINGS, "failure_rate", "preemption_rate", "cancelled_waiting"]
+    cols = [
+        *by,
+        "ended",
+        *ENDINGS,
+        "failure_rate",
+        "preemption_rate",
+        "cancelled_waiting",
+        "censored",
+    ]
     return frame.select(cols).sort(by) if by else frame.select(cols)
 
 

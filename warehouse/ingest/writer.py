@@ -37,6 +37,7 @@ import polars as pl
 
 from collector.records import (
     SAMPLE_SCHEMA,
+    TERMINAL_EVENTS,
     Batch,
     GpuHealth,
     GpuInventory,
@@ -363,7 +364,11 @@ class Ingestor:
         for start in range(0, len(jobs), 5000):
             self.wh.command(
                 queries.sql("derive_allocations"),
-                {"db": self.wh.database, "jobs": jobs[start : start + 5000]},
+                {
+                    "db": self.wh.database,
+                    "jobs": jobs[start : start + 5000],
+                    "terminal": sorted(TERMINAL_EVENTS),
+                },
             )
 
     def write_processes(

@@ -10,6 +10,7 @@ from warehouse.ledger.pricing import PriceBook, PriceEntry, load_price_book
 from warehouse.ledger.result import (
     GROUPINGS,
     UNALLOCATED,
+    CensoredHolds,
     EnergyReport,
     EnergyRow,
     IdlePolicy,
@@ -29,6 +30,7 @@ __all__ = [
     "GROUPINGS",
     "SOURCES",
     "UNALLOCATED",
+    "CensoredHolds",
     "CostChange",
     "EnergyReport",
     "EnergyRow",

@@ -28,6 +28,7 @@ from typing import Any
 
 import polars as pl
 
+from warehouse import queries
 from warehouse.analytics import fleet
 from warehouse.analytics.fragmentation import stranded_gpu_hours
 from warehouse.client import Warehouse
@@ -45,6 +46,7 @@ from warehouse.ledger.pricing import (
 )
 from warehouse.ledger.result import (
     GROUPINGS,
+    CensoredHolds,
     IdlePolicy,
     IdleRule,
     Ledger,
@@ -376,12 +378,28 @@ def compute_ledger(
         currency=currency,
         stranded_gpu_hours=_stranded(wh, cluster, window.start, until) if stranded else None,
     )
+    censored = _censored(wh, cluster, window.start, until)
+    if censored:
+        ledger = dataclasses.replace(ledger, censored=censored)
     if energy:
         report = energy_cost(
             wh, window.start, until, group_by=group_by, cluster=cluster, prices=book
         )
         ledger = dataclasses.replace(ledger, energy=report)
     return ledger
+
+
+def _censored(
+    wh: Warehouse, cluster: str, start: dt.datetime, until: dt.datetime
+) -> tuple[CensoredHolds, ...]:
+    """The allocations the window holds up to a source's observation end, per cluster."""
+    if until <= start:
+        return ()
+    frame = queries.run(wh, "ledger_censored", a=start, b=until, cluster=cluster)
+    return tuple(
+        CensoredHolds(r["cluster"], r["allocations"], r["observation_end"], r["gpu_hours"])
+        for r in frame.iter_rows(named=True)
+    )
 
 
 def _stranded(wh: Warehouse, cluster: str, start: dt.datetime, until: dt.datetime) -> float | None:

@@ -142,6 +142,25 @@ class UnpricedHours:
 
 
 @dataclasses.dataclass(frozen=True)
+class CensoredHolds:
+    """Allocations of one cluster that were still open when its source stopped observing (a
+    trace's end): they are held up to ``observation_end`` and no further, since nothing is
+    known after it. Their ``gpu_hours`` in the window are part of its allocated hours."""
+
+    cluster: str
+    allocations: int
+    observation_end: dt.datetime
+    gpu_hours: float
+
+    def note(self) -> str:
+        return (
+            f"censored: {self.allocations:,} allocation(s) in cluster {self.cluster} were still "
+            f"open when its observation ended at {self.observation_end:%Y-%m-%d %H:%M:%S} UTC; "
+            f"they are held to then and no further ({self.gpu_hours:,.3f} GPU-hours)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class LedgerTotals:
     capacity_gpu_hours: float | None  # None: the data has no inventory (a bare trace)
     healthy_gpu_hours: float | None
@@ -200,7 +219,8 @@ class Ledger:
     into the future). Under the ``none`` policy the unallocated capacity's cost is the
     ``unallocated`` line, beside the rows; ``conserved`` says whether the rows and that line
     add up to capacity cost to the cent. ``unpriced`` names the hours the price book misses:
-    they are in the hours but in no cost.
+    they are in the hours but in no cost. ``censored`` names the allocations cut at a
+    source's observation end.
     """
 
     window: Window
@@ -214,6 +234,7 @@ class Ledger:
     unallocated: UnallocatedLine | None = None
     unpriced: tuple[UnpricedHours, ...] = ()
     energy: EnergyReport | None = None
+    censored: tuple[CensoredHolds, ...] = ()
 
     @property
     def conserved(self) -> bool | None:
@@ -290,6 +311,15 @@ class Ledger:
             },
             "conserved": self.conserved,
             "conservation": self.conservation_note(),
+            "censored": [
+                {
+                    "cluster": c.cluster,
+                    "allocations": c.allocations,
+                    "observation_end": c.observation_end.isoformat(),
+                    "gpu_hours": _hours(c.gpu_hours),
+                }
+                for c in self.censored
+            ],
         }
         if self.energy is not None:
             doc["energy"] = self.energy.to_json()

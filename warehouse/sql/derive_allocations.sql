@@ -1,9 +1,10 @@
 -- (Re)derive the allocation intervals of the given jobs from all their events, whatever order
 -- or how many times the events arrived: per (job, attempt), the interval opens at the first
 -- `started` (or the `started_at` a terminal event carries) and closes at the first terminal
--- event; GPUs come from the `started` event, else from the terminal one. A job whose source
--- names no GPU holds `gpus_requested` GPUs in one row with gpu_uuid ''. The new rows replace
--- the old ones (ReplacingMergeTree on version = derivation time).
+-- event (`terminal`: collector.records.TERMINAL_EVENTS); GPUs come from the `started` event,
+-- else from the terminal one. A job whose source names no GPU holds `gpus_requested` GPUs in
+-- one row with gpu_uuid ''. The new rows replace the old ones (ReplacingMergeTree on version =
+-- derivation time).
 INSERT INTO {db:Identifier}.allocations
     (cluster, pool, node, gpu_uuid, mig_instance, gpu_model, job_id, attempt, tenant, org,
      project, user, queue, workload_type, fraction, start_ts, end_ts, end_event, end_reason,
@@ -14,12 +15,9 @@ SELECT cluster, pool, node, slot.1 AS gpu_uuid, slot.2 AS mig_instance, gpu_mode
 FROM (
     SELECT cluster, job_id, attempt,
            coalesce(minOrNullIf(ts, event = 'started'), min(started_at)) AS start_ts,
-           minOrNullIf(ts, event IN ('finished', 'failed', 'preempted', 'evicted', 'cancelled'))
-               AS end_ts,
-           argMinIf(event, ts, event IN ('finished', 'failed', 'preempted', 'evicted',
-                                         'cancelled')) AS end_event,
-           argMinIf(reason, ts, event IN ('finished', 'failed', 'preempted', 'evicted',
-                                          'cancelled')) AS end_reason,
+           minOrNullIf(ts, has({terminal:Array(String)}, event)) AS end_ts,
+           argMinIf(event, ts, has({terminal:Array(String)}, event)) AS end_event,
+           argMinIf(reason, ts, has({terminal:Array(String)}, event)) AS end_reason,
            argMinIf(gpu_uuids, ts, event = 'started' AND notEmpty(gpu_uuids)) AS started_gpus,
            argMinIf(mig_instances, ts, event = 'started' AND notEmpty(gpu_uuids)) AS started_migs,
            argMaxIf(gpu_uuids, ts, notEmpty(gpu_uuids)) AS any_gpus,

@@ -10,12 +10,9 @@ WITH
         SELECT job_id, attempt,
                minOrNullIf(ts, event = 'submitted') AS submitted_ts,
                minOrNullIf(ts, event = 'started') AS started_ts,
-               minOrNullIf(ts, event IN ('finished', 'failed', 'preempted', 'evicted',
-                                         'cancelled')) AS ended_ts,
-               argMinIf(event, ts, event IN ('finished', 'failed', 'preempted', 'evicted',
-                                             'cancelled')) AS end_event,
-               argMinIf(reason, ts, event IN ('finished', 'failed', 'preempted', 'evicted',
-                                              'cancelled')) AS end_reason,
+               minOrNullIf(ts, has({terminal:Array(String)}, event)) AS ended_ts,
+               argMinIf(event, ts, has({terminal:Array(String)}, event)) AS end_event,
+               argMinIf(reason, ts, has({terminal:Array(String)}, event)) AS end_reason,
                max(gpu_fraction) AS gpu_fraction
         FROM {db:Identifier}.job_events
         WHERE cluster = {cluster:String} AND ts < {end:DateTime64(3, 'UTC')}

@@ -8,12 +8,9 @@ SELECT attempt,
        toFloat64(max(gpu_fraction)) AS gpu_fraction,
        minOrNullIf(ts, event = 'submitted') AS queued_ts,
        minOrNullIf(ts, event = 'started') AS started_ts,
-       minOrNullIf(ts, event IN ('finished', 'failed', 'preempted', 'evicted', 'cancelled'))
-           AS ended_ts,
-       argMinIf(event, ts, event IN ('finished', 'failed', 'preempted', 'evicted', 'cancelled'))
-           AS end_event,
-       argMinIf(reason, ts, event IN ('finished', 'failed', 'preempted', 'evicted', 'cancelled'))
-           AS end_reason,
+       minOrNullIf(ts, has({terminal:Array(String)}, event)) AS ended_ts,
+       argMinIf(event, ts, has({terminal:Array(String)}, event)) AS end_event,
+       argMinIf(reason, ts, has({terminal:Array(String)}, event)) AS end_reason,
        argMaxIf(node, ts, node != '') AS node,
        argMaxIf(gpu_uuids, ts, notEmpty(gpu_uuids)) AS gpu_uuids,
        max(ts) AS last_event_ts

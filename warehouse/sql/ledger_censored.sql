@@ -1,0 +1,12 @@
+-- The allocations cut short in [a, b) because their source stopped observing (end_event
+-- 'censored', a trace's end), per cluster: how many, where the observation ended, and the
+-- GPU-hours they held in the window (part of its allocated hours, counted up to the cut).
+SELECT cluster, count() AS allocations, max(end_ts) AS observation_end,
+       sum(toFloat64(fraction) * dateDiff('millisecond', greatest(start_ts, {a:DateTime64(3)}),
+                                          end_ts)) / 3600000 AS gpu_hours
+FROM {db:Identifier}.allocations FINAL
+WHERE end_event = 'censored'
+  AND end_ts > {a:DateTime64(3)} AND end_ts <= {b:DateTime64(3)}
+  AND (cluster = {cluster:String} OR {cluster:String} = '')
+GROUP BY cluster
+ORDER BY cluster

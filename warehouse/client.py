@@ -170,10 +170,15 @@ class Warehouse:
         """Run a query and return its rows as tuples."""
         return self.table(sql, parameters)[1]
 
-    def frame(self, sql: str, parameters: Mapping[str, Any] | None = None) -> pl.DataFrame:
+    def frame(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> pl.DataFrame:
         """Run a query and return a polars DataFrame (through Arrow, no row objects)."""
         try:
-            table = self.client.query_arrow(sql, parameters=parameters)
+            table = self.client.query_arrow(sql, parameters=parameters, settings=settings)
         except (ClickHouseError, DatabaseError) as exc:
             raise _translate(exc, self.dsn) from exc
         frame = pl.from_arrow(table)

@@ -15,7 +15,7 @@ from warehouse.ledger.result import IdleRule, LedgerError
 
 SOURCES = ("rollup", "raw")
 
-#: Settings per source, appended to the query's own. Raw samples are grouped GPU by GPU in
+#: Settings per source, sent with the query. Raw samples are grouped GPU by GPU in
 #: table order, and each reading stream hands on its GPU-days every 1 MB rather than every
 #: 50 MB, so the minutes are cut into hours on both cores while samples are still being read
 #: (see benchmarks/RESULTS.md); the rollup's rows are few enough for the engine's defaults.
@@ -55,7 +55,6 @@ def live_usage_frame(
         "ledger_usage",
         minutes=queries.sql(f"ledger_minutes_{source}"),
         materialized="MATERIALIZED" if materialized else "",
-        settings="".join(f", {k} = {int(v)}" for k, v in settings.items()),
     )
     return wh.frame(
         text,
@@ -69,6 +68,7 @@ def live_usage_frame(
             "threshold": float(idle.threshold_ratio),
             "min_idle_s": int(idle.min_duration_s),
         },
+        settings,
     )
 
 

@@ -161,4 +161,4 @@ SELECT cluster, pool, node, gpu_uuid, mig_instance, gpu_model, job_id, attempt, 
        if(gpu_uuid = '', NULL, toFloat64(fraction) * used_h) AS used_gpu_hours,
        if(gpu_uuid = '', NULL, toFloat64(fraction) * idle_ms / 3600000) AS idle_gpu_hours
 FROM judged
-SETTINGS join_use_nulls = 0{{settings}}
+SETTINGS join_use_nulls = 0

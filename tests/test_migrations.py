@@ -1,10 +1,13 @@
 import datetime as dt
 import itertools
+import re
 
 import pytest
 
 from warehouse.client import Warehouse
 from warehouse.migrate import (
+    LAST_DOLLAR_MIGRATION,
+    Migration,
     RenderOptions,
     load_migrations,
     migrate,
@@ -47,6 +50,68 @@ def test_migrations_are_numbered_one_statement_each() -> None:
         body = "\n".join(ln for ln in m.sql.splitlines() if not ln.lstrip().startswith("--"))
         assert body.count("CREATE ") + body.count("ALTER TABLE ") == 1, m.name
         assert ";" not in body.strip().rstrip(";"), m.name
+
+
+#: The checksums recorded when these migrations were applied: an installation compares them
+#: with the files (`gpuledger db status`), so an applied file's text never changes.
+APPLIED = {
+    0: "7a0d5b93ad325ea2",
+    1: "2e567d622c8a08eb",
+    2: "d09b5c18a44be37a",
+    3: "9ba7b33c566fcd75",
+    4: "2299959b8b40eb90",
+    5: "1f9957173b081817",
+    6: "2997acdd34f415f5",
+    7: "fd2d9d5887ce51a7",
+    8: "cfa4f1b4a64e1f76",
+    9: "ed8fb7881a86bbd1",
+    10: "36079b6e0a465bb9",
+    11: "56e9aada2ca38632",
+    12: "d4642d9cab34549c",
+    13: "65804e648f35a121",
+    14: "e32abb3ffb531a23",
+    15: "0e50447773e9bb66",
+    16: "7a7e6e6de17a0d97",
+    17: "97715832bb4badab",
+    18: "f622b8ff78fbeaee",
+    19: "61f686bc80450082",
+    20: "1bd62835562feef9",
+    21: "9334d177b00db47b",
+    22: "f5af4530c05aa9c0",
+    23: "55c911e571812716",
+    24: "bef4e45bb5355afb",
+    25: "65599c8884eaec2f",
+    26: "a602ba10d2ed2ee0",
+    27: "d915ff86dd1c6313",
+    28: "234236599e84d138",
+    29: "f176fc5d6f1c3c32",
+    30: "2f4aa8666560b22b",
+    31: "36b6372a69536905",
+    32: "76369aac58540e89",
+    33: "1f895e1d59f3fe8b",
+    34: "721f36dc8d7937ef",
+}
+
+
+def test_applied_migrations_keep_their_text() -> None:
+    checksums = {m.version: m.checksum for m in load_migrations()}
+    assert {v: checksums[v] for v in APPLIED} == APPLIED
+
+
+def test_parts_render_alike_in_both_spellings() -> None:
+    """Files after LAST_DOLLAR_MIGRATION spell their parts {{part}}, the earlier ones ${part};
+    both render to the same statements."""
+    dollar = next(m for m in load_migrations() if m.name == "gpu_samples")
+    braces = Migration(
+        LAST_DOLLAR_MIGRATION + 1,
+        dollar.name,
+        re.sub(r"\$\{([^}]*)\}", r"{{\1}}", dollar.sql),
+    )
+    assert "${" not in braces.sql and "{{engine:MergeTree}}" in braces.sql
+    for opts in (RenderOptions(database="gl"), RenderOptions(database="gl", cluster="prod")):
+        assert render(braces, opts) == render(dollar, opts)
+    for m in load_migrations():
+        assert m.version <= LAST_DOLLAR_MIGRATION or "${" not in m.sql, m.name
 
 
 def test_fresh_database_gets_every_table(wh: Warehouse) -> None:

@@ -1,16 +1,24 @@
 """Numbered schema migrations: render, apply, and report status.
 
-Each ``migrations/NNNN_name.sql`` file holds one statement (one table or view). Placeholders:
+Each ``migrations/NNNN_name.sql`` file holds one statement (one table or view), made of parts
+filled in by :func:`render` (``{{part}}``, as everywhere in gpuledger: see
+:mod:`warehouse.queries`); schema statements take no server-side parameters, since the engine
+keeps a table's DDL as text. The parts:
 
-- ``${db}`` — the database; ``${local}`` — ``""``, or ``"_local"`` on a cluster;
-- ``${on_cluster}`` — ``""``, or ``ON CLUSTER name``;
-- ``${engine:Name(args)}`` — ``Name(args)``, or ``ReplicatedName('/clickhouse/tables/{shard}/
+- ``{{db}}`` — the database; ``{{local}}`` — ``""``, or ``"_local"`` on a cluster;
+- ``{{on_cluster}}`` — ``""``, or ``ON CLUSTER name``;
+- ``{{engine:Name(args)}}`` — ``Name(args)``, or ``ReplicatedName('/clickhouse/tables/{shard}/
   db/table', '{replica}', args)`` on a cluster;
-- ``${raw_retention_days}`` and the other retention settings.
+- ``{{raw_retention_days}}`` and the other retention settings.
 
-On a cluster every ``CREATE TABLE ... ${local}`` is followed by a ``Distributed`` table with the
+Files 0000 to 0034 spell their parts ``${part}``: they were applied with that text, and
+``gpuledger db status`` compares each applied file's checksum with the one recorded, so their
+text stays as it is and :func:`render` reads ``${part}`` as ``{{part}}``. Later files use
+``{{part}}`` only.
+
+On a cluster every ``CREATE TABLE ... {{local}}`` is followed by a ``Distributed`` table with the
 plain name over the local ones, so readers and writers use the same names in both deployments.
-An ``ALTER TABLE ${db}.name${local}`` changes the local tables; the ``Distributed`` table over
+An ``ALTER TABLE {{db}}.name{{local}}`` changes the local tables; the ``Distributed`` table over
 them (which holds no data) is then dropped and created again, so it takes the new columns.
 """
 
@@ -22,12 +30,27 @@ import hashlib
 import re
 from importlib import resources
 
+from warehouse import queries
 from warehouse.client import Warehouse, WarehouseError
 
-_PLACEHOLDER = re.compile(r"\$\{(\w+)(?::([A-Za-z]+)(?:\((.*?)\))?)?\}")
-_TABLE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+\$\{db\}\.(\w+)\$\{local\}", re.I)
-_ALTER = re.compile(r"ALTER\s+TABLE\s+\$\{db\}\.(\w+)\$\{local\}", re.I)
+#: The spelling of parts in the migrations applied before ``{{part}}`` (0000 to 0034).
+_DOLLAR_PART = re.compile(r"\$\{(\w+(?::[A-Za-z]+(?:\(.*?\))?)?)\}")
+#: The last migration that may spell its parts ``${part}``.
+LAST_DOLLAR_MIGRATION = 34
+_TABLE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+\{\{db\}\}\.(\w+)\{\{local\}\}", re.I)
+_ALTER = re.compile(r"ALTER\s+TABLE\s+\{\{db\}\}\.(\w+)\{\{local\}\}", re.I)
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+#: On a cluster, the ``Distributed`` table over a table's local ones, and dropping it.
+_DISTRIBUTED = (
+    "CREATE TABLE IF NOT EXISTS {{db}}.{{table}} {{on_cluster}} AS {{db}}.{{table}}{{local}} "
+    "ENGINE = Distributed({{cluster}}, {{db}}, {{table}}{{local}}, rand())"
+)
+_DROP_DISTRIBUTED = "DROP TABLE IF EXISTS {{db}}.{{table}} {{on_cluster}} SYNC"
+#: A table's retention, rendered like a migration: the table keeps its TTL as text.
+_RETENTION = (
+    "ALTER TABLE {{db}}.{{table}}{{on_cluster}} MODIFY TTL {{expr}} + INTERVAL {{days}} DAY"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,45 +89,45 @@ def load_migrations() -> list[Migration]:
 
 def render(migration: Migration, opts: RenderOptions) -> list[str]:
     """The statements that apply ``migration`` under ``opts`` (one; more on a cluster)."""
-    table_match = _TABLE.search(migration.sql)
-    alter_match = _ALTER.search(migration.sql)
+    text = migration.sql
+    if migration.version <= LAST_DOLLAR_MIGRATION:
+        text = _DOLLAR_PART.sub(r"{{\1}}", text)
+    table_match = _TABLE.search(text)
+    alter_match = _ALTER.search(text)
     table = table_match[1] if table_match else alter_match[1] if alter_match else migration.name
     local = "_local" if opts.cluster else ""
-    values = {
+
+    def engine(spec: str) -> str:
+        name, _, args = spec.partition("(")
+        args = args.removesuffix(")")
+        if not name:
+            raise WarehouseError(f"migration {migration.name}: {{{{engine}}}} needs a name")
+        if not opts.cluster:
+            return spec
+        path = f"'/clickhouse/tables/{{shard}}/{opts.database}/{table}{local}'"
+        replicated = [path, "'{replica}'"] + ([args] if args else [])
+        return f"Replicated{name}({', '.join(replicated)})"
+
+    parts: dict[str, queries.Part] = {
         "db": opts.database,
+        "table": table,
         "local": local,
+        "cluster": opts.cluster,
         "on_cluster": f"ON CLUSTER {opts.cluster}" if opts.cluster else "",
-        "raw_retention_days": str(opts.raw_retention_days),
-        "rollup_1m_retention_days": str(opts.rollup_1m_retention_days),
-        "rollup_1h_retention_days": str(opts.rollup_1h_retention_days),
+        "engine": engine,
+        "raw_retention_days": str(int(opts.raw_retention_days)),
+        "rollup_1m_retention_days": str(int(opts.rollup_1m_retention_days)),
+        "rollup_1h_retention_days": str(int(opts.rollup_1h_retention_days)),
     }
-
-    def substitute(match: re.Match[str]) -> str:
-        key, engine, args = match[1], match[2], match[3]
-        if key == "engine":
-            if not engine:
-                raise WarehouseError(f"migration {migration.name}: ${{engine}} needs a name")
-            if not opts.cluster:
-                return f"{engine}({args})" if args else engine
-            path = f"'/clickhouse/tables/{{shard}}/{opts.database}/{table}{local}'"
-            replicated = [path, "'{replica}'"] + ([args] if args else [])
-            return f"Replicated{engine}({', '.join(replicated)})"
-        if key not in values:
-            raise WarehouseError(f"migration {migration.name}: unknown placeholder ${{{key}}}")
-        return values[key]
-
-    statement = _PLACEHOLDER.sub(substitute, migration.sql).strip().rstrip(";")
-    statements = [statement]
+    where = f"migration {migration.version:04d}_{migration.name}"
+    try:
+        statements = [queries.fill(text, parts, where).strip().rstrip(";")]
+    except ValueError as exc:
+        raise WarehouseError(str(exc)) from exc
     if opts.cluster and alter_match:
-        statements.append(
-            f"DROP TABLE IF EXISTS {opts.database}.{table} ON CLUSTER {opts.cluster} SYNC"
-        )
+        statements.append(queries.fill(_DROP_DISTRIBUTED, parts, where))
     if opts.cluster and (table_match or alter_match):
-        statements.append(
-            f"CREATE TABLE IF NOT EXISTS {opts.database}.{table} ON CLUSTER {opts.cluster} "
-            f"AS {opts.database}.{table}{local} "
-            f"ENGINE = Distributed({opts.cluster}, {opts.database}, {table}{local}, rand())"
-        )
+        statements.append(queries.fill(_DISTRIBUTED, parts, where))
     return statements
 
 
@@ -214,8 +237,17 @@ def reconcile_retention(wh: Warehouse, opts: RenderOptions) -> list[str]:
         if match and int(match[1] or match[2]) == days:
             continue
         wh.command(
-            f"ALTER TABLE {opts.database}.{target}{on_cluster} "
-            f"MODIFY TTL {expr} + INTERVAL {int(days)} DAY"
+            queries.fill(
+                _RETENTION,
+                {
+                    "db": opts.database,
+                    "table": target,
+                    "on_cluster": on_cluster,
+                    "expr": expr,
+                    "days": str(int(days)),
+                },
+                "the retention statement",
+            )
         )
         changed.append(table)
     return changed

@@ -92,9 +92,9 @@ def bench_ingest(wh: Warehouse, batch_rows: int, batches: int) -> dict[str, floa
     for f in frames:
         ing.write_samples(f)
     took = time.perf_counter() - started
-    written = wh.rows(f"SELECT count() FROM {database}.gpu_samples")[0][0]
+    written = wh.rows("SELECT count() FROM {db:Identifier}.gpu_samples", {"db": database})[0][0]
     assert written == batch_rows * batches, written
-    wh.command(f"DROP DATABASE {database} SYNC")
+    wh.command("DROP DATABASE {db:Identifier} SYNC", {"db": database})
     return {"rows": written, "seconds": round(took, 3), "rows_per_s": round(written / took)}
 
 
@@ -111,7 +111,7 @@ def bench_backfill(engine: Warehouse, days: float, gpus: int) -> dict[str, float
     run = DemoRun.start(wh, settings)
     took = time.perf_counter() - started
     samples = run.result.written["gpu_samples"]
-    wh.command(f"DROP DATABASE {database} SYNC")
+    wh.command("DROP DATABASE {db:Identifier} SYNC", {"db": database})
     return {
         "samples": samples,
         "rows": sum(run.result.written.values()),
@@ -149,9 +149,9 @@ def bench_end_to_end(engine: Warehouse, gpus: int, steps: int) -> dict[str, floa
     server.shutdown()
     server.server_close()
     thread.join()
-    written = wh.rows(f"SELECT count() FROM {database}.gpu_samples")[0][0]
+    written = wh.rows("SELECT count() FROM {db:Identifier}.gpu_samples", {"db": database})[0][0]
     assert written == pipe.stats.samples_collected, (written, pipe.stats.samples_collected)
-    wh.command(f"DROP DATABASE {database} SYNC")
+    wh.command("DROP DATABASE {db:Identifier} SYNC", {"db": database})
     return {
         "gpus": gpus,
         "steps": steps,

@@ -353,7 +353,7 @@ def load(wh: Warehouse, cl: Cluster) -> dict[str, Any]:
     insert_s = time.perf_counter() - started
     started = time.perf_counter()
     for table in ("gpu_samples", "gpu_samples_1m", "gpu_samples_1h", "gpu_minutes_1h"):
-        wh.command(f"OPTIMIZE TABLE {wh.database}.{table} FINAL")
+        wh.command("OPTIMIZE TABLE {db:Identifier}.{t:Identifier} FINAL", {**db, "t": table})
     optimize_s = time.perf_counter() - started
     wh.command("DROP TABLE {db:Identifier}.bench_slots SYNC", db)
     return {

@@ -6,11 +6,13 @@
 --
 -- One pass grouped by GPU and day, with one bucket per minute of the day (sumResample), so no
 -- sample is sorted or kept in an array; each day's 1,440 buckets are then cut into its hours.
--- Each sample adds, to its minute's bucket, its utilisation ratio (0-1, checked at ingest) +
--- 4096 + 2^24 if it is at or over {threshold}: a bucket then holds the utilisation sum (its
--- part under 4096), the utilisation samples (floor(x / 4096) mod 4096) and how many were not
--- low (floor(x / 2^24)), exact for up to 4,095 samples a minute (68 Hz): one aggregate is
--- cheaper than a sum, a count and a maximum. The sum is rounded at 2^-26 of its magnitude
+-- A bucket packs three sums into one number, since one aggregate is cheaper than three: each
+-- sample with a utilisation adds its ratio (0-1, checked at ingest) + util_sample (2^12) +
+-- high_sample (2^24) if it is at or over {threshold}, so that a bucket x holds
+--   the utilisation sum         x mod 2^12,
+--   the utilisation samples     floor(x / 2^12) mod 2^12,
+--   the samples not low         floor(x / 2^24) (x < high_sample: every sample was low),
+-- exact for up to 4,095 samples a minute (68 Hz); the sum is rounded at 2^-26 of its magnitude
 -- (about 1e-8, against the 6e-8 of a float32 sample). Samples without utilisation add nothing.
 -- Grouping by day rather than by hour makes fewer groups (the engine pays per group); the
 -- bucket key is the millisecond of the day, which sumResample divides into minutes itself.
@@ -20,20 +22,23 @@
 -- Per hour, the array functions with a lambda run only where they change something (an hour
 -- with a minute without samples, an hour with some low minutes), the others through if()'s
 -- short-circuit. The measurements behind these choices are in benchmarks/RESULTS.md.
+WITH 4096 AS util_sample, 16777216 AS high_sample
 SELECT cluster, gpu_uuid, mig_instance, h, arraySum(u) / 60 AS used, k, u, whole,
-       if(whole OR arrayMin(xs) >= 16777216, [], arrayFilter((m, x) -> x < 16777216, k, xs))
+       if(whole OR arrayMin(xs) >= high_sample, [], arrayFilter((m, x) -> x < high_sample, k, xs))
            AS lk
 FROM (
     SELECT cluster, gpu_uuid, mig_instance, toDateTime((dn * 24 + hour_of_day) * 3600, 'UTC') AS h,
            countEqual(buckets, 0) = 0 AS full,
            if(full, range(60), arrayFilter((m, x) -> x > 0, range(60), buckets)) AS k,
            if(full, buckets, arrayFilter(x -> x > 0, buckets)) AS xs,
-           arrayMap(x -> (x - 4096 * floor(x / 4096)) / (floor(x / 4096) % 4096), xs) AS u,
-           full AND arrayMax(xs) < 16777216 AS whole
+           arrayMap(x -> (x - util_sample * floor(x / util_sample))
+                        / (floor(x / util_sample) % 4096), xs) AS u,
+           full AND arrayMax(xs) < high_sample AS whole
     FROM (
         SELECT cluster, gpu_uuid, mig_instance, intDiv(toUnixTimestamp64Milli(ts), 86400000) AS dn,
                sumResample(0, 86400000, 60000)(
-                   toFloat64(util_ratio) + 4096 + 16777216 * (util_ratio >= {threshold:Float64}),
+                   toFloat64(util_ratio) + util_sample
+                   + high_sample * (util_ratio >= {threshold:Float64}),
                    toUInt32(toUnixTimestamp64Milli(ts) % 86400000)) AS minutes
         FROM {db:Identifier}.gpu_samples
         WHERE (cluster = {cluster:String} OR {cluster:String} = '')

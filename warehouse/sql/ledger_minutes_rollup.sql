@@ -7,16 +7,20 @@
 --   lk     otherwise the low minutes: with utilisation samples, all of them under {threshold}.
 -- The hour's lowest and highest utilisation settle most hours (nothing low; all low) without
 -- looking at their minutes one by one.
+-- The stored minutes, by minute of the hour: minute_util holds (minute, utilisation sum,
+-- counts) with counts = utilisation samples x util_sample (2^32) + samples, and minute_max
+-- (minute, highest utilisation); see migrations 0027 and 0028.
 -- Included by ledger_usage.sql; ledger_minutes_raw.sql gives the same rows from raw samples.
+WITH 4294967296 AS util_sample
 SELECT cluster, gpu_uuid, mig_instance, h, arraySum(u) / 60 AS used, k, u, whole,
        if(maybe_low AND NOT whole,
-          arrayFilter((m, c, y) -> c >= 4294967296 AND y < {threshold:Float64},
-                      k, n, minute_max.2), []) AS lk
+          arrayFilter((m, c, y) -> c >= util_sample AND y < {threshold:Float64},
+                      k, counts, highest), []) AS lk
 FROM (
-    SELECT cluster, gpu_uuid, mig_instance, ts AS h, minute_util.1 AS k, minute_util.3 AS n,
-           minute_max,
-           arrayMap((s, c) -> if(c >= 4294967296, s / bitShiftRight(c, 32), 0.),
-                    minute_util.2, n) AS u,
+    SELECT cluster, gpu_uuid, mig_instance, ts AS h, minute_util.1 AS k,
+           minute_util.3 AS counts, minute_max.2 AS highest,
+           arrayMap((s, c) -> if(c >= util_sample, s / intDiv(c, util_sample), 0.),
+                    minute_util.2, counts) AS u,
            coalesce(util_min < {threshold:Float64}, 0) AS maybe_low,
            maybe_low AND util_max < {threshold:Float64} AND util_samples = samples
                AND length(k) = 60 AS whole

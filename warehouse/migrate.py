@@ -41,6 +41,11 @@ _TABLE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+\{\{db\}\}\.(\w+)\{\{
 _ALTER = re.compile(r"ALTER\s+TABLE\s+\{\{db\}\}\.(\w+)\{\{local\}\}", re.I)
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
+#: On a cluster, a table's engine (``{shard}`` and ``{replica}`` are the server's macros).
+_REPLICATED = (
+    "Replicated{{name}}('/clickhouse/tables/{shard}/{{db}}/{{table}}{{local}}', "
+    "'{replica}'{{args}})"
+)
 #: On a cluster, the ``Distributed`` table over a table's local ones, and dropping it.
 _DISTRIBUTED = (
     "CREATE TABLE IF NOT EXISTS {{db}}.{{table}} {{on_cluster}} AS {{db}}.{{table}}{{local}} "
@@ -96,17 +101,16 @@ def render(migration: Migration, opts: RenderOptions) -> list[str]:
     alter_match = _ALTER.search(text)
     table = table_match[1] if table_match else alter_match[1] if alter_match else migration.name
     local = "_local" if opts.cluster else ""
+    where = f"migration {migration.version:04d}_{migration.name}"
 
     def engine(spec: str) -> str:
         name, _, args = spec.partition("(")
-        args = args.removesuffix(")")
         if not name:
             raise WarehouseError(f"migration {migration.name}: {{{{engine}}}} needs a name")
         if not opts.cluster:
             return spec
-        path = f"'/clickhouse/tables/{{shard}}/{opts.database}/{table}{local}'"
-        replicated = [path, "'{replica}'"] + ([args] if args else [])
-        return f"Replicated{name}({', '.join(replicated)})"
+        more = {"name": name, "args": ", " + args.removesuffix(")") if args else ""}
+        return queries.fill(_REPLICATED, {**parts, **more}, where)
 
     parts: dict[str, queries.Part] = {
         "db": opts.database,
@@ -119,7 +123,6 @@ def render(migration: Migration, opts: RenderOptions) -> list[str]:
         "rollup_1m_retention_days": str(int(opts.rollup_1m_retention_days)),
         "rollup_1h_retention_days": str(int(opts.rollup_1h_retention_days)),
     }
-    where = f"migration {migration.version:04d}_{migration.name}"
     try:
         statements = [queries.fill(text, parts, where).strip().rstrip(";")]
     except ValueError as exc:

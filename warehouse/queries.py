@@ -56,8 +56,9 @@ def fill(text: str, parts: Mapping[str, Part], where: str) -> str:
             raise ValueError(f"{where}: {match[0]} and the piece given for it do not match")
         return filler if isinstance(filler, str) else filler(argument or "")
 
-    if "{{" in PART.sub("", text):
-        raise ValueError(f"{where} has a malformed part near {text[text.index('{{') :][:40]!r}")
+    rest = PART.sub("", text)
+    if "{{" in rest:
+        raise ValueError(f"{where} has a malformed part near {rest[rest.index('{{') :][:40]!r}")
     return PART.sub(piece, text)
 
 

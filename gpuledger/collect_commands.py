@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import signal
 import sys
 import threading
@@ -13,6 +14,7 @@ from typing import Any
 
 from gpuledger.output import format_rows
 from gpuledger.settings import Settings, SettingsError
+from gpuledger_errors import SourceError
 
 
 def _print_batch(batch: Any) -> None:
@@ -140,8 +142,23 @@ def _run_foreground(settings: Settings, sources: list[Any], once: bool) -> int:
     from gpuledger.agent import build_sink, make_pipeline, run_agent, serve_status
 
     if once:
+        if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
+            # a failed target is this command's error, said once; the per-scrape warning
+            # is for a long-running agent (-v still shows it)
+            logging.getLogger("collector.dcgm").setLevel(logging.ERROR)
+        silent: dict[str, str] = {}
         for source in sources:
             _print_batch(source.collect(dt.datetime.now(dt.UTC)))
+            silent |= source.unanswered() if hasattr(source, "unanswered") else {}
+        if silent:
+            # a one-off read is a check: a target that answered nothing fails it
+            raise SourceError(
+                f"{len(silent)} target(s) answered nothing: "
+                + "; ".join(
+                    why if why.startswith(t) else f"{t}: {why}" for t, why in silent.items()
+                )
+                + ". Check that the exporter runs and that the URL is reachable from here"
+            )
         return 0
     sink, close = build_sink(settings)
     pipeline = make_pipeline(settings, sources, sink)

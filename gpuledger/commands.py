@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from gpuledger.collect_commands import start_embedded_collectors
-from gpuledger.output import format_rows
+from gpuledger.output import format_duration, format_rows
 from gpuledger.settings import Settings, SettingsError
 from gpuledger_errors import InputError
 
@@ -250,6 +250,7 @@ _LEDGER_COLUMNS = (
     "allocated_gpu_hours",
     "used_gpu_hours",
     "idle_gpu_hours",
+    "unmeasured_gpu_hours",
     "direct_cost",
     "shared_cost",
     "total_cost",
@@ -259,6 +260,7 @@ _TOTALS_SHOWN = (
     "allocated_gpu_hours",
     "used_gpu_hours",
     "idle_gpu_hours",
+    "unmeasured_gpu_hours",
     "unallocated_gpu_hours",
     "stranded_gpu_hours",
     "capacity_cost",
@@ -420,8 +422,17 @@ def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     for title, frame in frames.items():
         print(f"{title}:")
-        rows = [[f"{v:.3f}" if isinstance(v, float) else v for v in r] for r in frame.rows()]
-        sys.stdout.write(format_rows(frame.columns, rows, "table"))
+        # durations (columns in seconds, `_s`) as a person reads them; JSON keeps seconds
+        header = [c.removesuffix("_s") for c in frame.columns]
+        seconds = [c.endswith("_s") for c in frame.columns]
+        rows = [
+            [
+                format_duration(v) if in_s else f"{v:.3f}" if isinstance(v, float) else v
+                for v, in_s in zip(r, seconds, strict=True)
+            ]
+            for r in frame.rows()
+        ]
+        sys.stdout.write(format_rows(header, rows, "table"))
     return 0
 
 

@@ -7,6 +7,7 @@ warehouse's analytic queries:
 - allocated: fraction x the part of the interval inside the window;
 - used: fraction x, minute by minute, the minute's part inside the interval x the mean
   utilisation of the GPU's samples in that minute (a minute with no sample uses nothing);
+- unmeasured: allocated less fraction x the parts of the interval in minutes with a sample;
 - idle: fraction x the time of the interval inside runs of "low" minutes (every sample of the
   minute under the threshold), a run cut to the job's own span (its start and end, within the
   window widened by the minimum idle time and a minute) and counted only when what is left of
@@ -49,6 +50,7 @@ class Alloc:
 class Usage:
     allocated_h: float = 0.0
     used_h: float = 0.0
+    measured_h: float = 0.0
     idle_h: float = 0.0
     direct: Decimal = Decimal(0)
     lines: set[tuple[str, ...]] = dataclasses.field(default_factory=set)  # money rounds per line
@@ -134,7 +136,9 @@ def usage(
         per = per_gpu.get(al.gpu, {})
         for m in range(s - s % MINUTE_MS, e, MINUTE_MS):
             if m in per:
-                row.used_h += al.fraction * overlap(s, e, m, m + MINUTE_MS) / HOUR_MS * per[m][0]
+                inside = al.fraction * overlap(s, e, m, m + MINUTE_MS) / HOUR_MS
+                row.used_h += inside * per[m][0]
+                row.measured_h += inside
         gpu_runs = runs.get(al.gpu, [])
         first = max(0, bisect.bisect_left(gpu_runs, (js,)) - 1)
         for rs, re_ in gpu_runs[first:]:

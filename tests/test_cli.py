@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger.cli import _parse, format_rows
+from gpuledger.output import format_duration
 
 pytestmark = pytest.mark.integration
 
@@ -190,6 +191,13 @@ def test_unknown_setting_is_one_line(
             "Syntax error",
             "warehouse.client.WarehouseError",
         ),
+        (  # a SourceError: with --once, an exporter that answered nothing fails the check
+            ["collect", "dcgm", "http://127.0.0.1:9/metrics", "--once"],
+            {"GPULEDGER_AGENT__SERVER_URL": "http://127.0.0.1:9"},
+            1,
+            "1 target(s) answered nothing: http://127.0.0.1:9/metrics: ConnectionError",
+            "gpuledger_errors.SourceError",
+        ),
         (  # a SourceError: no sacct here (no warehouse opened: the agent sends to a server)
             ["collect", "slurm", "--once", "--sacct", "/nonexistent/sacct"],
             {"GPULEDGER_AGENT__SERVER_URL": "http://127.0.0.1:9"},
@@ -198,7 +206,7 @@ def test_unknown_setting_is_one_line(
             "collector.slurm.collector.SlurmError",
         ),
     ],
-    ids=["config", "input", "warehouse", "source"],
+    ids=["config", "input", "warehouse", "unanswered", "source"],
 )
 def test_an_error_is_one_line_and_with_debug_its_traceback(
     argv: list[str],
@@ -299,3 +307,19 @@ def test_common_options_go_before_or_after_the_command(argv: list[str]) -> None:
     assert (args.data_dir, args.verbose, args.dsn, args.config) == ("D", True, None, None)
     assert _parse(["quarantine", "list"]).data_dir is None
     assert _parse(["--dsn", "chdb:///x", "quarantine", "list"]).dsn == "chdb:///x"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0 s"),
+        (44.6, "45 s"),
+        (725, "12 m 5 s"),
+        (3600, "1 h 0 m"),
+        (175134.0, "2 d 0 h 38 m"),
+        (None, ""),
+        (float("nan"), ""),
+    ],
+)
+def test_durations_read_as_a_person_says_them(seconds: float | None, text: str) -> None:
+    assert format_duration(seconds) == text

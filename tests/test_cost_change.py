@@ -70,7 +70,11 @@ def test_hand_computed_decomposition(wh: Warehouse) -> None:
         "Cost of the cluster rose from 30.00 USD in 2026-10 to 60.00 USD in 2026-11 (+30.00 USD)"
     )
     assert text.splitlines()[1].split()[:2] == ["price", "+20.00"]  # biggest effect first
+    # the jobs reported no samples: their hours are charged but unmeasured, and it says so
+    assert (change.previous.unmeasured_gpu_hours, change.current.unmeasured_gpu_hours) == (20, 20)
+    assert "note: 20.0 of 2026-11's 20.0 GPU-hours were held with no utilisation samples" in text
     doc = change.to_json()
+    assert doc["current"]["unmeasured_gpu_hours"] == 20.0
     assert doc["because"] == {
         "volume": "0.00",
         "gpu_model_mix": "10.00",

@@ -448,3 +448,21 @@ def test_collect_keeps_its_spool_in_the_data_directory(
     assert stub.hits["/metrics"] >= 2
     assert list(cwd.iterdir()) == []
     assert (data_dir / "agent-spool").is_dir()
+
+
+def test_collect_once_answers_with_what_one_scrape_read(
+    stub: Stub, tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    """`collect dcgm URL --once` prints what the exporter gave and exits 0; with a second
+    target that is down, the same read is a failure naming that target."""
+    url = stub.serve("/metrics", read(FILES[0]))
+    base = [*gpuledger_cmd, "collect", "dcgm", url, "--once", "--data-dir", str(tmp_path)]
+    ok = subprocess.run(base, env=cli_env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert int(ok.stdout.split()[0]) > 0 and ok.stdout.split()[1] == "samples,"
+    down = "http://127.0.0.1:9/metrics"
+    bad = subprocess.run(
+        [*base[:6], down, *base[6:]], env=cli_env, capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 1 and int(bad.stdout.split()[0]) > 0
+    assert bad.stderr.strip().startswith(f"gpuledger: 1 target(s) answered nothing: {down}")

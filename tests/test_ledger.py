@@ -32,7 +32,14 @@ from conftest import ledger_between, recent
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price, Tenant
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
-from warehouse.ledger import UNALLOCATED, LedgerError, PriceBook, load_price_book
+from warehouse.ledger import (
+    UNALLOCATED,
+    IdleRule,
+    LedgerError,
+    PriceBook,
+    load_price_book,
+    seal_days,
+)
 
 T0 = recent(dt.datetime(2026, 11, 2, 0, 0, tzinfo=dt.UTC))
 T10 = T0 + dt.timedelta(hours=10)
@@ -320,6 +327,49 @@ def test_price_change_mid_window(cluster: Warehouse) -> None:
     assert result.totals.capacity_cost == Decimal("8.00") + Decimal("64.00") + 10 + 15
 
 
+def test_hours_without_samples_are_unmeasured(cluster: Warehouse) -> None:
+    """j6 (tenant C) holds G5 06:00-10:00 but G5 reported only 07:00-09:00, at 50%: 1.0 used,
+    0 idle, and 2.0 unmeasured (neither used nor idle is known there), from raw samples, the
+    rollup and sealed days alike; every other job's hours were sampled."""
+    ing = Ingestor(cluster, 35, now=lambda: T10 + dt.timedelta(hours=2))
+    ing.write_gpus([GpuInventory(T0 - dt.timedelta(days=1), "c1", "p1", "n1", "G5", 4, "H100")])
+    minutes = [h(7) + dt.timedelta(minutes=m) for m in range(120)]
+    none9 = [None] * 9
+    rows = [
+        (t, "c1", "n1", "G5", 4, "H100", "nvidia", "", "", 0.5, *none9, "", "", "", "j6", "t")
+        for t in minutes
+    ]
+    assert (
+        ing.write_samples(pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")).quarantined_total
+        == 0
+    )
+    j6 = dict(tenant="web/search", org="web", project="search", pool="p1", gpu_model="H100")
+    j6 |= dict(gpus_requested=1.0, node="n1", gpu_uuids=("G5",))
+    ing.write_job_events(
+        [
+            JobEvent(h(6), "c1", "j6", "started", **j6),
+            JobEvent(h(10), "c1", "j6", "finished", started_at=h(6), **j6),
+        ]
+    )
+    for source in ("rollup", "raw"):
+        result = ledger(cluster, source=source)
+        rows_by = by_key(result)
+        c = rows_by["web/search"]
+        assert c.allocated_gpu_hours == pytest.approx(9.0)  # j5 5.0 + j6 4.0
+        assert c.used_gpu_hours == pytest.approx(1.5 + 1.0)
+        assert c.unmeasured_gpu_hours == pytest.approx(2.0), source
+        assert rows_by["ml/vision"].unmeasured_gpu_hours == pytest.approx(0.0, abs=1e-9)
+        assert result.totals.unmeasured_gpu_hours == pytest.approx(2.0)
+    by_project = by_key(ledger(cluster, by="project"))
+    assert by_project["search"].unmeasured_gpu_hours == pytest.approx(2.0)
+    # the whole day, computed live and then from its seal
+    day = {"end": T0 + dt.timedelta(days=1)}
+    live = by_key(ledger(cluster, sealed=False, **day))["web/search"].unmeasured_gpu_hours
+    assert seal_days(cluster, idle=IdleRule(), now=T10 + dt.timedelta(days=2)).sealed
+    sealed = by_key(ledger(cluster, **day))["web/search"].unmeasured_gpu_hours
+    assert sealed == pytest.approx(live) and live >= 2.0
+
+
 def test_ledger_json_shape(cluster: Warehouse) -> None:
     doc = ledger(cluster).to_json()
     assert set(doc["rows"][0]) == {
@@ -327,6 +377,7 @@ def test_ledger_json_shape(cluster: Warehouse) -> None:
         "allocated_gpu_hours",
         "used_gpu_hours",
         "idle_gpu_hours",
+        "unmeasured_gpu_hours",
         "direct_cost",
         "shared_cost",
         "total_cost",

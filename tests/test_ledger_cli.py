@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuledger.output import format_duration
+
 pytestmark = pytest.mark.integration
 
 
@@ -111,4 +113,11 @@ def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[
     q = json.loads(run("queues", "--from", first, "--to", last, "--format", "json").stdout)
     assert set(q) == {"wait_times", "outcomes", "top_reasons", "lost_gpu_hours"}
     assert all(w["p50_s"] <= w["p90_s"] <= w["p99_s"] for w in q["wait_times"])
-    assert "wait_times:" in run("queues", "--from", first, "--to", last).stdout
+    table = run("queues", "--from", first, "--to", last).stdout
+    assert "wait_times:" in table
+    # the table prints each tenant's longest wait as a person reads it (JSON keeps seconds)
+    header = table.splitlines()[1].split()
+    assert header[:8] == ["tenant", "attempts", "p50", "p90", "p99", "mean", "max", "unknown_wait"]
+    for w in q["wait_times"]:
+        line = next(x for x in table.splitlines() if x.startswith(w["tenant"] + " "))
+        assert format_duration(w["max_s"]) in line and str(w["max_s"]) not in line

@@ -70,6 +70,8 @@ def _same(fast, expected: dict[str, ref.Usage]) -> None:  # type: ignore[no-unty
         assert got.allocated_gpu_hours == pytest.approx(want.allocated_h, rel=1e-9, abs=1e-9)
         assert (got.used_gpu_hours or 0.0) == pytest.approx(want.used_h, rel=1e-6, abs=1e-6)
         assert (got.idle_gpu_hours or 0.0) == pytest.approx(want.idle_h, rel=1e-9, abs=1e-9)
+        unmeasured = want.allocated_h - want.measured_h
+        assert got.unmeasured_gpu_hours == pytest.approx(unmeasured, rel=1e-6, abs=1e-6)
         # rounded once per line (each within a cent), then added up
         assert abs(got.direct_cost - want.direct) < CENT * len(want.lines), key
 

@@ -6,6 +6,7 @@ import datetime as dt
 from decimal import Decimal
 
 import polars as pl
+import pytest
 from conftest import ledger_between, recent, simulate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -49,6 +50,7 @@ def clusters(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[PriceSeg
             b = draw(st.integers(a + 1, hours * 60))
             s, e = T0 + dt.timedelta(minutes=a), T0 + dt.timedelta(minutes=b)
             util = draw(st.floats(0, 1))
+            measured = draw(st.sampled_from([0.0, 0.5, 1.0]))  # the part with samples
             use_rows.append(
                 {
                     "cluster": "c",
@@ -70,7 +72,8 @@ def clusters(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[PriceSeg
                     "s": s,
                     "e": e,
                     "allocated_gpu_ms": share * (b - a) * 60_000,
-                    "used_gpu_hours": share * (b - a) / 60 * util,
+                    "used_gpu_hours": share * (b - a) / 60 * util * measured,
+                    "measured_gpu_hours": share * (b - a) / 60 * measured,
                     "idle_gpu_hours": 0.0,
                 }
             )
@@ -107,6 +110,10 @@ def test_conservation_for_every_policy_and_grouping(cluster, policy, by) -> None
     assert rows + ledger.totals.unshared_cost == ledger.totals.capacity_cost
     assert ledger.totals.unallocated_gpu_hours >= -1e-9
     assert all(r.shared_cost >= 0 for r in ledger.rows)
+    # unmeasured hours are a part of allocated hours, and every view adds up to the same
+    assert all(-1e-9 <= r.unmeasured_gpu_hours <= r.allocated_gpu_hours + 1e-9 for r in ledger.rows)
+    unmeasured = (usage["allocated_gpu_ms"] / 3.6e6 - usage["measured_gpu_hours"]).sum()
+    assert ledger.totals.unmeasured_gpu_hours == pytest.approx(unmeasured, abs=1e-6)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

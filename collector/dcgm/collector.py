@@ -555,6 +555,10 @@ class DcgmCollector:
         gpus = self._changes.changed(g for r in results for g in r.inventory)
         return Batch(samples=samples, rejects=rejects, gpus=gpus if self.inventory else ())
 
+    def unanswered(self) -> dict[str, str]:
+        """The targets whose latest scrape got nothing, with the error it got."""
+        return {t: st.last_error for t, st in self.stats.items() if st.consecutive_failures}
+
     def scrape(self, target: str, now: dt.datetime) -> tuple[list[GpuSample], list[Reject]]:
         """Scrape and parse one target; ``([], [])`` when it could not be read."""
         result = self.scrape_detailed(target, now)

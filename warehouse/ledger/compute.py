@@ -98,7 +98,7 @@ LINE_KEYS = GROUPINGS
 class _Lines:
     """Usage summed per line, with each line's exact direct cost and unpriced GPU-ms."""
 
-    frame: pl.DataFrame  # LINE_KEYS, _line, allocated_gpu_ms, used/idle hours, _measured
+    frame: pl.DataFrame  # LINE_KEYS, _line, allocated_gpu_ms, used/measured/idle hours, _measured
     direct: dict[int, Decimal]
     unpriced_ms: dict[int, float]
 
@@ -110,6 +110,7 @@ def _lines(usage: pl.DataFrame, segments: Sequence[PriceSegment]) -> _Lines:
         .agg(
             pl.col("allocated_gpu_ms").sum(),
             pl.col("used_gpu_hours").sum(),
+            pl.col("measured_gpu_hours").sum(),
             pl.col("idle_gpu_hours").sum(),
             pl.col("used_gpu_hours").is_not_null().any().alias("_measured"),
         )
@@ -243,6 +244,7 @@ def build_ledger(
         allocated_gpu_hours=allocated_hours,
         used_gpu_hours=float(measured["used_gpu_hours"].sum()) if measured.height else None,
         idle_gpu_hours=float(measured["idle_gpu_hours"].sum()) if measured.height else None,
+        unmeasured_gpu_hours=sum(r.unmeasured_gpu_hours for r in rows),
         unallocated_gpu_hours=unallocated_hours,
         stranded_gpu_hours=stranded_gpu_hours,
         unpriced_gpu_hours=sum(lines.unpriced_ms.values(), 0.0) / 3.6e6,
@@ -277,6 +279,7 @@ def _rows(
                 "ms": 0.0,
                 "used": 0.0,
                 "idle": 0.0,
+                "measured_h": 0.0,
                 "measured": False,
                 "unpriced": 0.0,
                 "direct": Decimal(0),
@@ -286,6 +289,7 @@ def _rows(
         a["ms"] += r["allocated_gpu_ms"]
         a["used"] += r["used_gpu_hours"] or 0.0
         a["idle"] += r["idle_gpu_hours"] or 0.0
+        a["measured_h"] += r["measured_gpu_hours"] or 0.0
         a["measured"] |= r["_measured"]
         a["unpriced"] += lines.unpriced_ms.get(line, 0.0)
         a["direct"] += direct[line]
@@ -296,6 +300,8 @@ def _rows(
             allocated_gpu_hours=a["ms"] / 3.6e6,
             used_gpu_hours=a["used"] if a["measured"] else None,
             idle_gpu_hours=a["idle"] if a["measured"] else None,
+            # clipped at 0: the two sums differ in their last bits when all was measured
+            unmeasured_gpu_hours=max(0.0, a["ms"] / 3.6e6 - a["measured_h"]),
             direct_cost=a["direct"],
             shared_cost=a["shared"],
             total_cost=a["direct"] + a["shared"],

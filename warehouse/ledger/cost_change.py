@@ -49,6 +49,8 @@ class MonthCost:
     total_cost: Decimal | None = None  # as the ledger shows it (rounded); None: exact sum
     days: float = 0.0  # days of the month compared
     days_in_month: int = 0
+    #: allocated in minutes without a utilisation sample: charged, but its use is not known
+    unmeasured_gpu_hours: float = 0.0
 
     @property
     def hours(self) -> float:
@@ -103,12 +105,14 @@ class CostChange:
                 "total_cost": money(self.previous.total),
                 "gpu_hours": round(self.previous.hours, 6),
                 "idle_gpu_hours": round(self.previous.idle_gpu_hours, 6),
+                "unmeasured_gpu_hours": round(self.previous.unmeasured_gpu_hours, 6),
             },
             "current": {
                 "month": self.current.month,
                 "total_cost": money(self.current.total),
                 "gpu_hours": round(self.current.hours, 6),
                 "idle_gpu_hours": round(self.current.idle_gpu_hours, 6),
+                "unmeasured_gpu_hours": round(self.current.unmeasured_gpu_hours, 6),
             },
             "change": money(self.change),
             "because": {
@@ -155,6 +159,13 @@ class CostChange:
         )
         for name, amount, note in sorted(parts, key=lambda p: -abs(p[1])):
             lines.append(f"  {name:<18} {_cents(amount):>+12}{cur}  ({note})")
+        for m in (a, b):
+            if m.unmeasured_gpu_hours >= 0.0005:
+                lines.append(
+                    f"  note: {m.unmeasured_gpu_hours:,.1f} of {m.month}'s {m.hours:,.1f} "
+                    "GPU-hours were held with no utilisation samples: they are charged, but "
+                    "whether they were used or idle is unmeasured"
+                )
         return "\n".join(lines)
 
 
@@ -250,6 +261,7 @@ def month_cost(
     for model in gpu_hours:
         direct.setdefault(model, Decimal(0))
     covered = (window.until(now) - window.start) / dt.timedelta(days=1)
+    unmeasured = usage["allocated_gpu_ms"] / 3.6e6 - usage["measured_gpu_hours"]
     return MonthCost(
         month,
         gpu_hours,
@@ -259,6 +271,7 @@ def month_cost(
         total_cost=total,
         days=round(covered, 3),
         days_in_month=(whole_month.end - whole_month.start).days,
+        unmeasured_gpu_hours=max(0.0, float(unmeasured.sum() or 0.0)),
     )
 
 

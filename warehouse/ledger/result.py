@@ -116,6 +116,8 @@ class LedgerRow:
     allocated_gpu_hours: float
     used_gpu_hours: float | None  # None: no samples measured these hours
     idle_gpu_hours: float | None
+    #: held in minutes without a utilisation sample: neither used nor idle is known there
+    unmeasured_gpu_hours: float
     direct_cost: Decimal
     shared_cost: Decimal
     total_cost: Decimal
@@ -168,6 +170,7 @@ class LedgerTotals:
     allocated_gpu_hours: float
     used_gpu_hours: float | None
     idle_gpu_hours: float | None
+    unmeasured_gpu_hours: float
     unallocated_gpu_hours: float | None
     stranded_gpu_hours: float | None  # None: several clusters, or nothing to measure
     unpriced_gpu_hours: float
@@ -281,6 +284,7 @@ class Ledger:
                     "allocated_gpu_hours": _hours(r.allocated_gpu_hours),
                     "used_gpu_hours": _hours(r.used_gpu_hours),
                     "idle_gpu_hours": _hours(r.idle_gpu_hours),
+                    "unmeasured_gpu_hours": _hours(r.unmeasured_gpu_hours),
                     "direct_cost": _money(r.direct_cost),
                     "shared_cost": _money(r.shared_cost),
                     "total_cost": _money(r.total_cost),

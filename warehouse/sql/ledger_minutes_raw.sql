@@ -1,7 +1,7 @@
 -- Per GPU (or MIG instance) and every hour overlapping [lo, hi), straight from the raw samples:
 -- the same rows as ledger_minutes_rollup.sql (see there), computed without the rollups, except
--- that k lists only the minutes with a utilisation sample (the others add nothing to used, and
--- are never low), and that an hour whose samples carry no utilisation has no row (it would
+-- that k lists only the minutes with a utilisation sample (the others add nothing to used, are
+-- never low, and are not measured: k is mk), and that an hour whose samples carry no utilisation has no row (it would
 -- add nothing either).
 --
 -- One pass grouped by GPU and day, with one bucket per minute of the day (sumResample), so no
@@ -23,7 +23,7 @@
 -- with a minute without samples, an hour with some low minutes), the others through if()'s
 -- short-circuit. The measurements behind these choices are in benchmarks/RESULTS.md.
 WITH 4096 AS util_sample, 16777216 AS high_sample
-SELECT cluster, gpu_uuid, mig_instance, h, arraySum(u) / 60 AS used, k, u, whole,
+SELECT cluster, gpu_uuid, mig_instance, h, arraySum(u) / 60 AS used, k, u, k AS mk, whole,
        if(whole OR arrayMin(xs) >= high_sample, [], arrayFilter((m, x) -> x < high_sample, k, xs))
            AS lk
 FROM (

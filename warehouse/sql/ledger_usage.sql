@@ -1,6 +1,8 @@
 -- Every allocation interval overlapping [a, b), clipped to it as [s, e), with the GPU-hours it
--- held, used and left idle:
+-- held, used, measured and left idle:
 --   used  the interval's share of the GPU x the GPU's mean utilisation, minute by minute;
+--   measured  its share x its time in minutes with a utilisation sample (the rest of what it
+--         held is unmeasured: neither used nor idle is known there);
 --   idle  its share x its time in idle runs: minutes of the GPU whose every sample stayed under
 --         {threshold}, in runs of at least {min_idle_s} seconds within the job's own interval
 --         (a run is cut where the job starts or ends, so one job's idle stretch never lends
@@ -10,15 +12,17 @@
 -- length (or enough of it): splitting the window never changes the figures. Partial minutes at
 -- an interval's ends count pro rata.
 --
--- How: per GPU, two running totals are read at each interval's ends: U(t), the used GPU-hours up
--- to t, and L(t), the time up to t in runs at least {min_idle_s} long; used = U(e) - U(s) and
--- idle = L(e) - L(s), except that a run crossing the judged span's ends is judged again by its
--- part inside. U and L are read in one sorted pass per GPU over its hours, runs and points.
+-- How: per GPU, three running totals are read at each interval's ends: U(t), the used GPU-hours
+-- up to t, M(t), the measured time up to t, and L(t), the time up to t in runs at least
+-- {min_idle_s} long; used = U(e) - U(s), measured = M(e) - M(s) and idle = L(e) - L(s), except
+-- that a run crossing the judged span's ends is judged again by its part inside. U, M and L
+-- are read in one sorted pass per GPU over its hours, runs and points.
 -- `hours` is the costly part and is read once; allocs and points are read twice, and are
 -- MATERIALIZED (computed once) where the engine has materialized CTEs.
 WITH
     {min_idle_s:UInt32} * 1000 AS min_idle_ms,
-    -- one row per GPU and hour: its used GPU-hours, its minutes and which of them were low
+    -- one row per GPU and hour: its used GPU-hours, its minutes, which of them were measured
+    -- and which were low
     hours AS (
         {{minutes}}
     ),
@@ -59,10 +63,11 @@ WITH
         WHERE read != 0
         GROUP BY hk
     ),
-    -- per GPU-hour: its low minutes as pieces [start, end) in ms, and U's part in the hour
-    -- before each point in it (the minutes before the point, the one it falls in pro rata)
+    -- per GPU-hour: its low minutes as pieces [start, end) in ms, and U's and M's parts in
+    -- the hour before each point in it (the minutes before the point, the one it falls in pro
+    -- rata)
     hourly AS (
-        SELECT cluster, gpu_uuid, mig_instance, h_ms, used,
+        SELECT cluster, gpu_uuid, mig_instance, h_ms, used, length(mk) / 60 AS measured,
                if(whole, [(h_ms, h_ms + 3600000)],
                   arrayMap((x, y) -> (h_ms + x * 60000, h_ms + (y + 1) * 60000),
                            arrayFilter((m, pm) -> m != pm + 1, lk,
@@ -70,18 +75,22 @@ WITH
                            arrayFilter((m, nm) -> nm != m + 1, lk,
                                        arrayPopFront(arrayPushBack(lk, 254))))) AS pieces,
                arrayMap(x -> CAST((x.id, x.read, arraySum((m, v) -> v * least(1., greatest(0.,
-                                      (x.t - h_ms - m * 60000) / 60000.)), k, u) / 60),
-                                  'Tuple(id UInt64, read Int8, used Float64)'), ends) AS within
+                                      (x.t - h_ms - m * 60000) / 60000.)), k, u) / 60,
+                                   arraySum(m -> least(1., greatest(0.,
+                                      (x.t - h_ms - m * 60000) / 60000.)), mk) / 60),
+                                  'Tuple(id UInt64, read Int8, used Float64, measured Float64)'),
+                        ends) AS within
         FROM (SELECT *, toInt64(toUnixTimestamp(h)) * 1000 AS h_ms,
                      cityHash64(cluster, gpu_uuid, mig_instance, intDiv(h_ms, 3600000)) AS hk
               FROM hours) AS hh
         LEFT JOIN ends_by_hour USING (hk)
     ),
-    -- per GPU: each hour's end and used GPU-hours, the low pieces in time order, and `within`
+    -- per GPU: each hour's end, used and measured GPU-hours, the low pieces in time order,
+    -- and `within`
     per_gpu AS (
         SELECT cluster, gpu_uuid, mig_instance,
-               groupArray(CAST((h_ms + 3600000, used), 'Tuple(t Int64, used Float64)'))
-                   AS hour_ends,
+               groupArray(CAST((h_ms + 3600000, used, measured),
+                               'Tuple(t Int64, used Float64, measured Float64)')) AS hour_ends,
                CAST(arraySort(groupArrayArray(pieces)),
                     'Array(Tuple(start_ms Int64, end_ms Int64))') AS pieces,
                groupArrayArray(within) AS within
@@ -110,46 +119,52 @@ WITH
         FROM per_gpu RIGHT JOIN pts_by_gpu USING (cluster, gpu_uuid, mig_instance)
     ),
     -- per GPU, its time line: hours' ends (kind 0), runs' starts (1) and points (2) by time,
-    -- each with U and the run started last as of it (hours and runs first at equal times)
+    -- each with U, M and the run started last as of it (hours and runs first at equal times)
     timelines AS (
         SELECT cluster, gpu_uuid, mig_instance, within,
                arraySort(x -> (x.t, x.kind), CAST(arrayConcat(
-                   arrayMap(h -> (h.t, 0, h.used, (0, 0, 0, 0), (0, 0, 0)), hour_ends),
-                   arrayMap((s, e, l, b) -> (s, 1, 0., (s, e, l, b), (0, 0, 0)),
+                   arrayMap(h -> (h.t, 0, h.used, h.measured, (0, 0, 0, 0), (0, 0, 0)),
+                            hour_ends),
+                   arrayMap((s, e, l, b) -> (s, 1, 0., 0., (s, e, l, b), (0, 0, 0)),
                             run_start, run_end, run_long, long_before),
-                   arrayMap(p -> (p.t, 2, 0., (0, 0, 0, 0), (p.id, p.read, p.cut)), pts)),
-                   'Array(Tuple(t Int64, kind UInt8, used Float64,
+                   arrayMap(p -> (p.t, 2, 0., 0., (0, 0, 0, 0), (p.id, p.read, p.cut)), pts)),
+                   'Array(Tuple(t Int64, kind UInt8, used Float64, measured Float64,
                                 run Tuple(start_ms Int64, end_ms Int64, long UInt8,
                                           long_before Int64),
                                 point Tuple(id UInt64, read Int8, cut Int8)))')) AS ev,
                arrayCumSum(ev.used) AS used_so_far,
+               arrayCumSum(ev.measured) AS measured_so_far,
                arrayFill((r, kind) -> kind = 1, ev.run, ev.kind) AS last_run,
                arrayMap(kind -> kind = 2, ev.kind) AS is_point
         FROM runs
     ),
-    -- per point: U from the hours ended by it, L, and the run around it; then U's part within
-    -- the point's own hour, as rows of their own
+    -- per point: U and M from the hours ended by it, L, and the run around it; then U's and
+    -- M's parts within the point's own hour, as rows of their own
     at_points AS (
         SELECT cluster, gpu_uuid, mig_instance, x.id AS id, x.read AS read, x.cut AS cut,
-               x.used_h AS used_h, x.long_ms AS long_ms, x.run AS run
+               x.used_h AS used_h, x.measured_h AS measured_h, x.long_ms AS long_ms, x.run AS run
         FROM timelines
         ARRAY JOIN CAST(arrayConcat(
-            arrayMap((p, t, u, r) -> (p.id, p.read, p.cut, u,
-                                      r.long_before + r.long * least(greatest(t - r.start_ms, 0),
-                                                                     r.end_ms - r.start_ms),
-                                      (r.start_ms, r.end_ms, r.long)),
+            arrayMap((p, t, u, mh, r) -> (p.id, p.read, p.cut, u, mh,
+                                          r.long_before
+                                          + r.long * least(greatest(t - r.start_ms, 0),
+                                                           r.end_ms - r.start_ms),
+                                          (r.start_ms, r.end_ms, r.long)),
                      arrayFilter((x, f) -> f, ev.point, is_point),
                      arrayFilter((x, f) -> f, ev.t, is_point),
                      arrayFilter((x, f) -> f, used_so_far, is_point),
+                     arrayFilter((x, f) -> f, measured_so_far, is_point),
                      arrayFilter((x, f) -> f, last_run, is_point)),
-            arrayMap(w -> (w.id, w.read, 0, w.used, 0, (0, 0, 0)), within)),
-            'Array(Tuple(id UInt64, read Int8, cut Int8, used_h Float64, long_ms Int64,
-                         run Tuple(start_ms Int64, end_ms Int64, long UInt8)))') AS x
+            arrayMap(w -> (w.id, w.read, 0, w.used, w.measured, 0, (0, 0, 0)), within)),
+            'Array(Tuple(id UInt64, read Int8, cut Int8, used_h Float64, measured_h Float64,
+                         long_ms Int64, run Tuple(start_ms Int64, end_ms Int64, long UInt8)))')
+            AS x
     ),
-    -- per interval: U(e) - U(s), L(e) - L(s), and the runs around js and je
+    -- per interval: U(e) - U(s), M(e) - M(s), L(e) - L(s), and the runs around js and je
     per_alloc AS (
         SELECT cluster, gpu_uuid, mig_instance, id,
                sumIf(used_h, read = 1) - sumIf(used_h, read = -1) AS used_h,
+               sumIf(measured_h, read = 1) - sumIf(measured_h, read = -1) AS measured_h,
                sumIf(long_ms, read = 1) - sumIf(long_ms, read = -1) AS long_ms,
                anyIf(run, cut = -1) AS run_js, anyIf(run, cut = 1) AS run_je
         FROM at_points
@@ -180,6 +195,7 @@ SELECT cluster, pool, node, gpu_uuid, mig_instance, gpu_model, job_id, attempt, 
        project, user, queue, workload_type, end_event, fraction, s, e,
        toFloat64(fraction) * dateDiff('millisecond', s, e) AS allocated_gpu_ms,
        if(gpu_uuid = '', NULL, toFloat64(fraction) * used_h) AS used_gpu_hours,
+       if(gpu_uuid = '', 0., toFloat64(fraction) * measured_h) AS measured_gpu_hours,
        if(gpu_uuid = '', NULL, toFloat64(fraction) * idle_ms / 3600000) AS idle_gpu_hours
 FROM judged
 SETTINGS join_use_nulls = 0

@@ -126,6 +126,11 @@ class AgentMetrics(Collector):
             value=p.spool.dropped_batches,
         )
         yield CounterMetricFamily(
+            "gpuledger_agent_batches_sent",
+            "Batches delivered to the sink",
+            value=stats.batches_sent,
+        )
+        yield CounterMetricFamily(
             "gpuledger_agent_rows_sent", "Rows delivered to the sink", value=stats.rows_sent
         )
         yield CounterMetricFamily(

@@ -9,7 +9,6 @@ import logging
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 from gpuledger.output import format_rows
@@ -127,13 +126,12 @@ def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any =
                 api = kubernetes.config.new_client_from_config()
     except (kubernetes.config.ConfigException, OSError) as exc:
         raise SettingsError(f"no Kubernetes configuration: {exc}; pass --kubeconfig") from None
-    k8s = settings.kubernetes
     return KubernetesCollector(
         api,
         settings.agent.cluster,
         mapper,
-        state_dir=Path(k8s.state_dir).expanduser() if k8s.state_dir else None,
-        state_save_interval_s=k8s.state_save_interval_s,
+        state_dir=settings.kubernetes_state_dir,
+        state_save_interval_s=settings.kubernetes.state_save_interval_s,
     )
 
 

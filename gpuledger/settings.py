@@ -264,9 +264,11 @@ class KubernetesSettings:
     """`gpuledger collect kubernetes` and the Kubernetes collector `serve` hosts."""
 
     #: Where the collector keeps what it has reported (one file per cluster), so that a restart
-    #: resumes its watches and re-emits nothing; created if missing. Empty: keep no state (a
-    #: restart relists and reports every pod's lifecycle again).
-    state_dir: str = "./gpuledger-k8s-state"
+    #: resumes its watches and re-emits nothing; created if missing. Empty: ``k8s-state`` in
+    #: the data directory (never the working directory).
+    state_dir: str = ""
+    #: False: keep no state (a restart relists and reports every pod's lifecycle again).
+    keep_state: bool = True
     #: Save the state at most this often, seconds: a crash re-emits at most that much.
     state_save_interval_s: float = 1.0
 
@@ -274,7 +276,7 @@ class KubernetesSettings:
         if self.state_dir and Path(self.state_dir).expanduser().is_file():
             raise SettingsError(
                 f"kubernetes.state_dir {self.state_dir!r} is a file: give a directory (it is "
-                'created if missing), or "" to keep no state'
+                "created if missing), or set kubernetes.keep_state = false to keep no state"
             )
         if self.state_save_interval_s <= 0:
             raise SettingsError(
@@ -304,6 +306,15 @@ class Settings:
     def server_spool_dir(self) -> str:
         """server.spool_dir, or ``ingest-spool`` in the data directory."""
         return self.server.spool_dir or str(self._data_dir / "ingest-spool")
+
+    @property
+    def kubernetes_state_dir(self) -> Path | None:
+        """kubernetes.state_dir, or ``k8s-state`` in the data directory; None when
+        kubernetes.keep_state is false."""
+        k8s = self.kubernetes
+        if not k8s.keep_state:
+            return None
+        return Path(k8s.state_dir).expanduser() if k8s.state_dir else self._data_dir / "k8s-state"
 
     @property
     def _data_dir(self) -> Path:

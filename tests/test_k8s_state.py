@@ -233,7 +233,9 @@ def test_a_state_directory_that_cannot_be_written_does_not_stop_the_collector(
 
 # -- settings: [kubernetes] state_dir ------------------------------------------------------------
 def test_the_state_directory_comes_from_the_settings(fake: FakeKubeApi, tmp_path: Path) -> None:
-    assert load_settings(env={}).kubernetes.state_dir == "./gpuledger-k8s-state"
+    # by default in the data directory, never the working one
+    default = load_settings(env={"GPULEDGER_WAREHOUSE__DATA_DIR": str(tmp_path / "d")})
+    assert default.kubernetes_state_dir == tmp_path / "d" / "k8s-state"
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         json.dumps(
@@ -256,7 +258,7 @@ def test_the_state_directory_comes_from_the_settings(fake: FakeKubeApi, tmp_path
     collector = _source(load_settings(env=env), args)
     assert collector.state is not None
     assert collector.state.path == tmp_path / "k8s" / "kubernetes-prod-east.json"
-    off = _source(load_settings(env=env | {"GPULEDGER_KUBERNETES__STATE_DIR": ""}), args)
+    off = _source(load_settings(env=env | {"GPULEDGER_KUBERNETES__KEEP_STATE": "false"}), args)
     assert off.state is None
 
 

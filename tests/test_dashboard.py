@@ -156,3 +156,26 @@ def test_overview_page_serves_real_numbers(fleet: Warehouse) -> None:
     assert capacity == [2, 2, 2]
     inventory = json.dumps(response["overview-inventory"]["children"])
     assert "H100" in inventory and "healthy" in inventory
+
+
+def test_the_cluster_list_holds_clusters_without_samples(wh: Warehouse) -> None:
+    """An imported trace has inventory and job events but no samples: its cluster is listed."""
+    Ingestor(wh, 35).write_gpus([GpuInventory(H10, "trace-c", "p", "n1", "g1", 0, "H100")])
+    client = create_app(wh).server.test_client()
+    body = {
+        "output": "..overview-cluster.options...overview-cluster.value..",
+        "outputs": [
+            {"id": "overview-cluster", "property": "options"},
+            {"id": "overview-cluster", "property": "value"},
+        ],
+        "inputs": [
+            {"id": "overview-refresh", "property": "n_intervals", "value": None},
+            {"id": "overview-cluster", "property": "value", "value": None},
+        ],
+        "changedPropIds": [],
+        "state": [],
+    }
+    reply = client.post("/_dash-update-component", json=body)
+    assert reply.status_code == 200, reply.data[:500]
+    response = reply.get_json()["response"]
+    assert response["overview-cluster"] == {"options": ["trace-c"], "value": "trace-c"}

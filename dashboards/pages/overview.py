@@ -54,7 +54,8 @@ def layout(**_query: str) -> html.Div:
     Input("overview-cluster", "value"),
 )
 def _clusters(_n: int | None, current: str | None) -> tuple[list[str], str | None]:
-    names = fleet.clusters(context.get().wh)["cluster"].to_list()
+    # every cluster the warehouse knows (an imported trace has inventory and jobs, no samples)
+    names = fleet.known_clusters(context.get().wh)
     return names, current if current in names else (names[0] if names else None)
 
 
@@ -89,7 +90,7 @@ def _refresh(
         }
     )
     if not cluster:
-        return [html.P("No samples in the warehouse yet.", className="empty")], figure, html.P("")
+        return [html.P("No data in the warehouse yet.", className="empty")], figure, html.P("")
     wh = context.get().wh
     end = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
     start = end - dt.timedelta(days=RANGES.get(range_key, 7))

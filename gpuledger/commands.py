@@ -403,9 +403,11 @@ def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
     """Wait-time percentiles, failure and preemption rates with reasons, lost GPU-hours."""
     from gpuledger.app import open_warehouse
     from warehouse.analytics import queues
+    from warehouse.ledger import Window
 
-    start = _day(args.date_from, "--from")
-    end = _day(args.date_to, "--to") + dt.timedelta(days=1)
+    # the window as the ledger's: --to is the last day, included, and an error names it
+    window = Window.days(_day(args.date_from, "--from").date(), _day(args.date_to, "--to").date())
+    start, end = window.start, window.end
     wh = open_warehouse(settings, must_exist=True)
     by = (args.by,)
     cluster = _cluster(wh, args.cluster)

@@ -184,6 +184,13 @@ def test_unknown_setting_is_one_line(
             "the window is empty: --to 2026-11-01 is before --from 2026-11-05",
             "warehouse.ledger.result.LedgerError",
         ),
+        (  # the same for queues: the window named as typed, never its exclusive end
+            ["queues", "--from", "2026-12-03", "--to", "2026-11-28"],
+            {},
+            2,
+            "the window is empty: --to 2026-11-28 is before --from 2026-12-03",
+            "warehouse.ledger.result.LedgerError",
+        ),
         (  # a WarehouseError: ClickHouse refuses the SQL
             ["sql", "SELEC 1"],
             {},
@@ -206,7 +213,7 @@ def test_unknown_setting_is_one_line(
             "collector.slurm.collector.SlurmError",
         ),
     ],
-    ids=["config", "input", "warehouse", "unanswered", "source"],
+    ids=["config", "input", "input-queues", "warehouse", "unanswered", "source"],
 )
 def test_an_error_is_one_line_and_with_debug_its_traceback(
     argv: list[str],

@@ -5,12 +5,13 @@ engine lets one process own its data directory and must not be forked after it i
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from gpuledger.settings import Settings
 from gpuledger_errors import InputError
 from warehouse.client import Warehouse, connect
-from warehouse.migrate import RenderOptions, migrate
+from warehouse.migrate import RenderOptions, SchemaDamaged, migrate
 
 
 def render_options(settings: Settings) -> RenderOptions:
@@ -43,6 +44,21 @@ def open_warehouse(
         max_memory_bytes=w.max_memory_bytes,
         connect_timeout_s=w.connect_timeout_s,
     )
+    # the engine keeps no trace of a dropped database: a file beside it says one was made
+    made = data_dir / ".gpuledger-database" if not w.dsn else None
+    if made is not None and made.is_file() and made.read_text().strip() == w.database:
+        present = wh.rows(
+            "SELECT count() FROM system.databases WHERE name = {db:String}", {"db": w.database}
+        )[0][0]
+        if not present and apply_migrations:
+            raise SchemaDamaged(
+                f"the database {w.database} is gone from {w.data_dir} although gpuledger made "
+                "it (dropped by hand?); its data is lost. `gpuledger db migrate` creates it "
+                "again, empty"
+            )
     if apply_migrations:
         migrate(wh, render_options(settings))
+        if made is not None:
+            with contextlib.suppress(OSError):  # a read-only directory only loses this check
+                made.write_text(w.database + "\n")
     return wh

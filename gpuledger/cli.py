@@ -103,6 +103,11 @@ def _parser() -> argparse.ArgumentParser:
     sql = sub.add_parser("sql", parents=[common], help="run a SQL query against the warehouse")
     sql.add_argument("query", help='the SQL text, e.g. "SELECT count() FROM gpuledger.gpu_samples"')
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    sql.add_argument(
+        "--write",
+        action="store_true",
+        help="allow statements that change data or schema (read-only otherwise; audited)",
+    )
 
     imp = sub.add_parser("import", parents=[common], help="import a public GPU cluster trace")
     kinds = imp.add_subparsers(dest="trace", required=True, metavar="TRACE")

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import getpass
 import json
+import os
 import signal
 import sys
 import threading
 import time
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuledger.collect_commands import start_embedded_collectors
@@ -24,12 +27,39 @@ if TYPE_CHECKING:
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
+    from warehouse.client import WarehouseError
 
     wh = open_warehouse(settings, must_exist=True)
-    wh.name_tables_unqualified()
-    columns, rows = wh.table(args.query)
+    if args.write:
+        # the console's writes are on record, whatever they do
+        wh.audit(_who(), "sql.write", wh.database, args.query)
+        console = wh
+    else:
+        console = wh.read_only()
+    console.name_tables_unqualified()
+    try:
+        columns, rows = console.table(args.query)
+    except WarehouseError as exc:
+        if exc.name == "READONLY" or exc.code == _READONLY:
+            raise InputError(
+                "the SQL console is read-only and this statement would change data or "
+                "schema, or reach files or URLs; run it with --write if you mean it (audited)"
+            ) from exc
+        raise
     sys.stdout.write(format_rows(columns, rows, args.format))
     return 0
+
+
+#: The engine's error code for a statement refused under ``readonly``.
+_READONLY = 164
+
+
+def _who() -> str:
+    """The operating-system user running the CLI, for the audit log."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container): say which uid
+        return f"uid {os.getuid()}"
 
 
 def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
@@ -39,7 +69,7 @@ def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
     wh = open_warehouse(settings, apply_migrations=False)
     opts = render_options(settings)
     if args.action == "migrate":
-        applied = migrate(wh, opts)
+        applied = migrate(wh, opts, repair=True)
         for m in applied:
             print(f"applied {m.version:04d}_{m.name}")
         print(f"{len(applied)} migration(s) applied; schema is up to date")
@@ -51,11 +81,25 @@ def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
             ("applied " + s.applied_at.isoformat(timespec="seconds"))
             if s.applied_at
             else "pending",
-            "CHANGED since applied" if s.checksum_changed else "",
+            "; ".join(
+                [
+                    *(["CHANGED since applied"] if s.checksum_changed else []),
+                    *(
+                        f"{name} is GONE (dropped?): `db migrate` creates it empty"
+                        for name in s.missing
+                    ),
+                ]
+            ),
         )
         for s in status(wh, opts)
     ]
     sys.stdout.write(format_rows(["version", "name", "state", "note"], rows, "table"))
+    made = Path(settings.warehouse.data_dir).expanduser() / ".gpuledger-database"
+    if not settings.warehouse.dsn and made.is_file() and not any(r[2] != "pending" for r in rows):
+        print(
+            f"the database {settings.warehouse.database} was made here before and is gone "
+            "(dropped by hand?): `gpuledger db migrate` creates it again, empty"
+        )
     return 0
 
 

@@ -330,3 +330,56 @@ def test_common_options_go_before_or_after_the_command(argv: list[str]) -> None:
 )
 def test_durations_read_as_a_person_says_them(seconds: float | None, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+def test_the_sql_console_is_read_only_unless_asked(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    """The engine refuses writes, DDL and file/URL table functions on the console's own
+    read-only client; --write runs the statement and the audit log keeps it."""
+    d = str(tmp_path / "d")
+    assert run(gpuledger_cmd, cli_env, "db", "migrate", "--data-dir", d).returncode == 0
+    for statement in (
+        "DROP TABLE gpuledger.gpu_samples",
+        "INSERT INTO gpuledger.tenants (tenant) VALUES ('x/y')",
+        "SELECT * FROM file('/etc/passwd', 'LineAsString')",
+    ):
+        line = one_line_error(run(gpuledger_cmd, cli_env, "sql", statement, "--data-dir", d))
+        assert "the SQL console is read-only" in line and "--write" in line, statement
+    wrote = run(
+        gpuledger_cmd,
+        cli_env,
+        "sql",
+        "INSERT INTO tenants (tenant) VALUES ('x/y')",
+        "--write",
+        "--data-dir",
+        d,
+    )
+    assert wrote.returncode == 0, wrote.stderr
+    audit = "SELECT action, detail FROM audit_log WHERE action = 'sql.write'"
+    got = run(gpuledger_cmd, cli_env, "sql", audit, "--format", "json", "--data-dir", d)
+    assert json.loads(got.stdout) == [
+        {"action": "sql.write", "detail": "INSERT INTO tenants (tenant) VALUES ('x/y')"}
+    ]
+    count = run(gpuledger_cmd, cli_env, "sql", "SELECT count() FROM tenants", "--data-dir", d)
+    assert count.stdout.split()[2] == "1"
+
+
+def test_a_dropped_database_is_said_not_silently_recreated(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    d = str(tmp_path / "d")
+    ledger = ["ledger", "--from", "2026-11-01", "--to", "2026-11-01", "--data-dir", d]
+    assert run(gpuledger_cmd, cli_env, *ledger).returncode != 0  # no warehouse there yet
+    assert run(gpuledger_cmd, cli_env, "db", "migrate", "--data-dir", d).returncode == 0
+    assert run(gpuledger_cmd, cli_env, *ledger).returncode == 0
+    dropped = run(
+        gpuledger_cmd, cli_env, "sql", "DROP DATABASE gpuledger", "--write", "--data-dir", d
+    )
+    assert dropped.returncode == 0, dropped.stderr
+    line = one_line_error(run(gpuledger_cmd, cli_env, *ledger))
+    assert "the database gpuledger is gone from" in line and "`gpuledger db migrate`" in line
+    status = run(gpuledger_cmd, cli_env, "db", "status", "--data-dir", d).stdout
+    assert "was made here before and is gone" in status
+    assert run(gpuledger_cmd, cli_env, "db", "migrate", "--data-dir", d).returncode == 0
+    assert run(gpuledger_cmd, cli_env, *ledger).returncode == 0

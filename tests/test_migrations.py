@@ -9,6 +9,8 @@ from warehouse.migrate import (
     LAST_DOLLAR_MIGRATION,
     Migration,
     RenderOptions,
+    SchemaDamaged,
+    damage,
     load_migrations,
     migrate,
     reconcile_retention,
@@ -130,6 +132,29 @@ def test_fresh_database_gets_every_table(wh: Warehouse) -> None:
 
 def test_migrate_twice_applies_nothing_the_second_time(wh: Warehouse) -> None:
     assert migrate(wh, RenderOptions(database=wh.database)) == []
+
+
+def test_a_dropped_table_is_said_and_recreated_only_when_asked(wh: Warehouse) -> None:
+    """A table the schema made and someone dropped: every open says so (never recreating it
+    empty behind the user's back); `db migrate` (repair) makes it again, with every later
+    migration that altered it, and the data it still holds elsewhere is untouched."""
+    opts = RenderOptions(database=wh.database)
+    wh.command(f"INSERT INTO {wh.database}.tenants (tenant, org, project) VALUES ('a/b', 'a', 'b')")
+    wh.command(f"DROP TABLE {wh.database}.quotas SYNC")
+    (broken,) = damage(wh, opts)
+    assert (broken.name, broken.missing) == ("quotas", ("quotas",))
+    with pytest.raises(SchemaDamaged, match=rf"{wh.database}\.quotas is gone .* its data is lost"):
+        migrate(wh, opts)
+    assert not wh.rows(
+        "SELECT 1 FROM system.tables WHERE database = {d:String} AND name = 'quotas'",
+        {"d": wh.database},
+    )
+    redone = [m.name for m in migrate(wh, opts, repair=True)]
+    assert redone == ["quotas", "quotas_cluster"]  # made, then altered as before
+    assert damage(wh, opts) == [] and migrate(wh, opts) == []
+    columns = [r[0] for r in wh.rows(f"DESCRIBE TABLE {wh.database}.quotas")]
+    assert "cluster" in columns
+    assert wh.rows(f"SELECT count() FROM {wh.database}.tenants")[0][0] == 1
 
 
 def test_status_lists_pending_before_migrate(engine: Warehouse) -> None:

@@ -121,12 +121,28 @@ def _redact(dsn: str) -> str:
 class Warehouse:
     """A connected client plus the database name; thread-safe (the driver serialises)."""
 
-    def __init__(self, client: Any, database: str, dsn: str):
+    def __init__(
+        self, client: Any, database: str, dsn: str, connect_kwargs: Mapping[str, Any] | None = None
+    ):
         self.client = client
         self.database = database
         self.dsn = dsn
+        self._connect_kwargs = dict(connect_kwargs or {"dsn": dsn, "tz_mode": "aware"})
         self.embedded = urlsplit(dsn).scheme == "chdb"
         self._settings_known: dict[str, bool] = {}
+
+    def read_only(self) -> Warehouse:
+        """The same warehouse through a second client that the engine keeps read-only
+        (``readonly = 1``: no writes, no DDL, no setting changes, no table function that reaches
+        files or URLs). A client of its own, since the setting sticks to the client that sent
+        it, and this one's writers must keep writing."""
+        kwargs = dict(self._connect_kwargs)
+        kwargs["settings"] = {**kwargs.get("settings", {}), "readonly": 1}
+        try:
+            client = clickhouse_connect.get_client(**kwargs)
+        except Exception as exc:  # the driver raises many kinds; each becomes one sentence
+            raise _translate(exc, self.dsn) from exc
+        return Warehouse(client, self.database, self.dsn, kwargs)
 
     def name_tables_unqualified(self) -> None:
         """Let a table name without a database mean this warehouse's table, as a person typing
@@ -304,4 +320,4 @@ def connect(
                 f"allows one per process (wanted {path})"
             ) from exc
         raise _translate(exc, dsn) from exc
-    return Warehouse(client, database, dsn)
+    return Warehouse(client, database, dsn, kwargs)

@@ -40,6 +40,11 @@ LAST_DOLLAR_MIGRATION = 34
 _TABLE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+\{\{db\}\}\.(\w+)\{\{local\}\}", re.I)
 _ALTER = re.compile(r"ALTER\s+TABLE\s+\{\{db\}\}\.(\w+)\{\{local\}\}", re.I)
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+#: What a migration creates: tables and views, by their plain name.
+_CREATES = re.compile(
+    r"CREATE\s+(?:TABLE|MATERIALIZED\s+VIEW|VIEW)\s+IF\s+NOT\s+EXISTS\s+\{\{db\}\}\.(\w+)\{\{local\}\}",
+    re.I,
+)
 
 #: On a cluster, a table's engine (``{shard}`` and ``{replica}`` are the server's macros).
 _REPLICATED = (
@@ -68,6 +73,24 @@ class Migration:
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
 
+    @property
+    def text(self) -> str:
+        """The SQL with its parts spelled ``{{part}}`` (see :func:`render`)."""
+        if self.version <= LAST_DOLLAR_MIGRATION:
+            return _DOLLAR_PART.sub(r"{{\1}}", self.sql)
+        return self.sql
+
+    @property
+    def creates(self) -> tuple[str, ...]:
+        """The tables and views it creates (plain names, without ``_local``)."""
+        return tuple(_CREATES.findall(self.text))
+
+    @property
+    def alters(self) -> str | None:
+        """The table it alters, if it is an ALTER."""
+        match = _ALTER.search(self.text)
+        return match[1] if match else None
+
 
 @dataclasses.dataclass(frozen=True)
 class RenderOptions:
@@ -94,9 +117,7 @@ def load_migrations() -> list[Migration]:
 
 def render(migration: Migration, opts: RenderOptions) -> list[str]:
     """The statements that apply ``migration`` under ``opts`` (one; more on a cluster)."""
-    text = migration.sql
-    if migration.version <= LAST_DOLLAR_MIGRATION:
-        text = _DOLLAR_PART.sub(r"{{\1}}", text)
+    text = migration.text
     table_match = _TABLE.search(text)
     alter_match = _ALTER.search(text)
     table = table_match[1] if table_match else alter_match[1] if alter_match else migration.name
@@ -140,6 +161,8 @@ class MigrationStatus:
     name: str
     applied_at: dt.datetime | None
     checksum_changed: bool
+    #: what it created that is gone now (a table or view dropped by hand), by engine name
+    missing: tuple[str, ...] = ()
 
     @property
     def applied(self) -> bool:
@@ -161,28 +184,69 @@ def status(wh: Warehouse, opts: RenderOptions) -> list[MigrationStatus]:
             {"db": opts.database},
         ):
             applied[int(version)] = (applied_at, checksum)
+    present = {
+        str(name)
+        for (name,) in wh.rows(
+            "SELECT name FROM system.tables WHERE database = {db:String}", {"db": opts.database}
+        )
+    }
+    local = "_local" if opts.cluster else ""
     out = []
     for m in load_migrations():
         at, checksum = applied.get(m.version, (None, None))
+        gone = tuple(n + local for n in m.creates if at is not None and n + local not in present)
         out.append(
-            MigrationStatus(m.version, m.name, at, at is not None and checksum != m.checksum)
+            MigrationStatus(m.version, m.name, at, at is not None and checksum != m.checksum, gone)
         )
     return out
 
 
-def migrate(wh: Warehouse, opts: RenderOptions) -> list[Migration]:
+class SchemaDamaged(WarehouseError):
+    """Tables or views the applied migrations created are gone: not recreated unasked."""
+
+
+def damage(wh: Warehouse, opts: RenderOptions) -> list[MigrationStatus]:
+    """The applied migrations whose tables or views are gone."""
+    return [s for s in status(wh, opts) if s.missing]
+
+
+def migrate(wh: Warehouse, opts: RenderOptions, *, repair: bool = False) -> list[Migration]:
     """Apply every pending migration in order; return the ones applied.
 
     Statements are idempotent (``IF NOT EXISTS``), so a run interrupted between a statement
-    and its bookkeeping row is completed by the next run.
+    and its bookkeeping row is completed by the next run. A table or view that an applied
+    migration created and that is gone (dropped by hand) is an error (:class:`SchemaDamaged`):
+    its data is lost, and creating it again empty is the user's call; ``repair`` does it (the
+    migration that created it again, then every later one that altered it).
     """
     by_version = {m.version: m for m in load_migrations()}
     # The database and the bookkeeping table come first, so that the loop can record itself.
     for version in (0, 1):
         for statement in render(by_version[version], opts):
             wh.command(statement)
-    pending = [s for s in status(wh, opts) if not s.applied]
+    states = status(wh, opts)
+    broken = [s for s in states if s.missing]
+    if broken and not repair:
+        names = [f"{opts.database}.{n}" for s in broken for n in s.missing]
+        it, is_, their = ("it", "is", "its") if len(names) == 1 else ("them", "are", "their")
+        raise SchemaDamaged(
+            f"{', '.join(names)} {is_} gone from the warehouse although the schema created "
+            f"{it} (dropped by hand?); {their} data is lost. `gpuledger db migrate` creates "
+            f"{it} again, empty"
+        )
+    gone = {n.removesuffix("_local") for s in broken for n in s.missing}
+    redo = [
+        s
+        for s in states
+        if s.applied
+        and (set(by_version[s.version].creates) & gone or by_version[s.version].alters in gone)
+    ]
     done = []
+    for st in redo:
+        for statement in render(by_version[st.version], opts):
+            wh.command(statement)
+        done.append(by_version[st.version])
+    pending = [s for s in states if not s.applied]
     for st in pending:
         m = by_version[st.version]
         for statement in render(m, opts):

@@ -6,7 +6,9 @@ import argparse
 import contextlib
 import datetime as dt
 import getpass
+import ipaddress
 import json
+import logging
 import os
 import signal
 import sys
@@ -23,6 +25,8 @@ from gpuledger_errors import InputError
 
 if TYPE_CHECKING:
     from warehouse.ledger import IdleRule, Ledger
+
+log = logging.getLogger(__name__)
 
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
@@ -153,19 +157,38 @@ def _serve(wh: Any, settings: Settings) -> int:
     register(app.server, wh, coalescer)
     coalescer.start()
     signal.signal(signal.SIGTERM, _terminate)
+    # waitress: a production WSGI server with threads, never forking (the embedded engine
+    # must not be forked once opened)
+    import waitress
+
+    server = waitress.create_server(app.server, host=s.host, port=s.port, threads=s.threads)
+    if not _loopback(s.host):
+        log.warning(
+            "server.host %s answers beyond this machine over plain HTTP: put a TLS proxy in "
+            "front of it (gpuledger serves no TLS itself yet)",
+            s.host,
+        )
     url = f"http://{s.host}:{s.port}"
     print(
         f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
         f"{settings.warehouse.resolved_dsn}; agents' batches wait in {spool_dir})",
         flush=True,
     )
-    # Threaded, never forking: the embedded engine must not be forked once opened.
     try:
-        with contextlib.suppress(SystemExit):
-            app.run(host=s.host, port=s.port, debug=False, threaded=True)
+        with contextlib.suppress(SystemExit, KeyboardInterrupt):
+            server.run()
     finally:
+        server.close()
         coalescer.stop(timeout_s=30)
     return 0
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` answers this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _terminate(_signum: int, _frame: object) -> None:

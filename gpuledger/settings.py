@@ -157,10 +157,14 @@ class ServerSettings:
     #: How long the ids of written batches are remembered, so that an agent re-sending a batch
     #: whose reply was lost is answered "duplicate" instead of writing it twice.
     dedup_window_s: int = 86_400
+    #: Requests served at once (threads of one process: the embedded engine forbids forking).
+    threads: int = 8
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
             raise SettingsError(f"server.port {self.port} is not a TCP port (1-65535)")
+        if not 1 <= self.threads <= 256:
+            raise SettingsError(f"server.threads {self.threads} must be 1 to 256")
         if self.spool_max_bytes < 1 << 20:
             raise SettingsError("server.spool_max_bytes must be at least 1 MiB (1048576)")
         if self.coalesce_max_rows < 1:
@@ -216,7 +220,7 @@ class AgentSettings:
     #: Where batches wait while the sink is down; empty: ``agent-spool`` in the data directory.
     spool_dir: str = ""
     spool_max_bytes: int = 1 << 30
-    status_host: str = "0.0.0.0"
+    status_host: str = "127.0.0.1"
     status_port: int = 9108
 
     def validate(self) -> None:

@@ -293,4 +293,5 @@ def make_pipeline(settings: Settings, sources: Sequence[Source], sink: Sink) -> 
         Spool(settings.agent_spool_dir, a.spool_max_bytes),
         enrichers=enrichers,
         node=node_name(settings),
+        max_backoff_s=a.max_backoff_s,
     )

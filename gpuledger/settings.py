@@ -220,12 +220,17 @@ class AgentSettings:
     #: Where batches wait while the sink is down; empty: ``agent-spool`` in the data directory.
     spool_dir: str = ""
     spool_max_bytes: int = 1 << 30
+    #: While the server is down, the wait between tries doubles from 1 s up to this (a 503's
+    #: Retry-After is honoured as it is), stretched by up to half at random.
+    max_backoff_s: float = 30.0
     status_host: str = "127.0.0.1"
     status_port: int = 9108
 
     def validate(self) -> None:
         if self.interval_s <= 0:
             raise SettingsError(f"agent.interval_s {self.interval_s} must be positive")
+        if self.max_backoff_s < 1:
+            raise SettingsError(f"agent.max_backoff_s {self.max_backoff_s} must be at least 1")
         if self.spool_max_bytes < 1 << 20:
             raise SettingsError("agent.spool_max_bytes must be at least 1 MiB (1048576)")
         if self.server_url and urlsplit(self.server_url).scheme not in ("http", "https"):

@@ -60,6 +60,7 @@ def test_agent_survives_a_server_kill(
         "GPULEDGER_AGENT__SERVER_URL": f"http://127.0.0.1:{port}",
         "GPULEDGER_AGENT__NVML_LIBRARY": str(lib),
         "GPULEDGER_AGENT__INTERVAL_S": "0.5",
+        "GPULEDGER_AGENT__MAX_BACKOFF_S": "1",  # back soon after the restart
         "GPULEDGER_AGENT__SPOOL_DIR": str(tmp_path / "spool"),
         "GPULEDGER_AGENT__STATUS_HOST": "127.0.0.1",
         "GPULEDGER_AGENT__STATUS_PORT": str(status_port),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 from conftest import recent
 from werkzeug.serving import make_server
 
-from collector.pipeline import HttpSink, Pipeline
+from collector.pipeline import HttpSink, Pipeline, SinkUnavailable, retry_after
 from collector.records import (
     SAMPLE_SCHEMA,
     Batch,
@@ -168,9 +170,13 @@ def test_an_outage_loses_no_sample_and_doubles_none(
 ) -> None:
     url, flaky, coalescer = server
     sink = HttpSink(url, timeout_s=10)
-    pipe = Pipeline([CountingSource()], sink, Spool(tmp_path / "spool"), node="n1")
+    clock = [0.0]  # the pipeline's backoff runs on the steps' time: 10 s apart
+    pipe = Pipeline(
+        [CountingSource()], sink, Spool(tmp_path / "spool"), node="n1", clock=lambda: clock[0]
+    )
     steps = [T0 + dt.timedelta(seconds=10 * i) for i in range(30)]
     for i, now in enumerate(steps):
+        clock[0] = 10.0 * i
         if i == 5:
             flaky.down = True  # the warehouse side goes away for 10 steps
         if i == 15:
@@ -204,3 +210,64 @@ def test_server_health_metrics_and_refusals(server: tuple[str, FlakyWsgi, Coales
         assert bad.status_code == 400 and "not a gpuledger batch" in bad.json()["error"]
         unnamed = s.post(f"{url}/api/v1/ingest", data=dump_batch(Batch()))
         assert unnamed.status_code == 400 and "X-Batch-Id" in unnamed.json()["error"]
+
+
+class RefusingSink:
+    """A sink that is down for its first ``refusals`` sends, asking ``retry_after_s`` (None:
+    not saying), then takes everything."""
+
+    def __init__(self, refusals: int, retry_after_s: float | None) -> None:
+        self.refusals, self.retry_after_s = refusals, retry_after_s
+        self.tries: list[float] = []
+        self.taken: list[str] = []
+        self.clock = 0.0
+
+    def send(self, batch: Batch, batch_id: str) -> None:
+        self.tries.append(self.clock)
+        if len(self.tries) <= self.refusals:
+            raise SinkUnavailable("down", self.retry_after_s)
+        self.taken.append(batch_id)
+
+
+def _stepped(sink: RefusingSink, tmp_path: Path, seconds: int) -> Pipeline:
+    pipe = Pipeline(
+        [CountingSource()],
+        sink,
+        Spool(tmp_path / "spool"),
+        node="n1",
+        max_backoff_s=8,
+        clock=lambda: sink.clock,
+        rng=random.Random(7),
+    )
+    for t in range(seconds):  # a step a second
+        sink.clock = float(t)
+        pipe.step(T0 + dt.timedelta(seconds=t))
+    return pipe
+
+
+def test_the_agent_waits_as_long_as_the_server_asks(tmp_path: Path) -> None:
+    """503 with Retry-After: 30 -> nothing is tried for 30 s (up to 45 s with the jitter),
+    while batches queue in the spool; then everything goes, in order."""
+    sink = RefusingSink(1, 30.0)
+    pipe = _stepped(sink, tmp_path, 60)
+    first, second = sink.tries[:2]
+    assert first == 0 and 30 <= second <= 45
+    assert pipe.spool.depth == 0 and len(sink.taken) == 60  # the refused one too, first
+    assert sink.taken == sorted(sink.taken, key=lambda b: b.split(":")[2])
+
+
+def test_without_retry_after_the_agent_backs_off_doubling_with_jitter(tmp_path: Path) -> None:
+    sink = RefusingSink(5, None)
+    _stepped(sink, tmp_path, 60)
+    gaps = [b - a for a, b in itertools.pairwise(sink.tries[:6])]
+    # 1, 2, 4, 8, 8 s (capped), each stretched by up to half, seen at whole-second steps
+    for gap, base in zip(gaps, (1, 2, 4, 8, 8), strict=True):
+        assert base <= gap <= base * 1.5 + 1, gaps
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [("30", 30.0), ("", None), ("soon", None), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0)],
+)
+def test_retry_after_header(header: str, seconds: float | None) -> None:
+    assert retry_after(header) == seconds

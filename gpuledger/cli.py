@@ -32,6 +32,7 @@ from typing import Any
 
 from gpuledger.collect_commands import cmd_agent, cmd_collect
 from gpuledger.commands import (
+    cmd_audit,
     cmd_db,
     cmd_demo,
     cmd_fragmentation,
@@ -245,6 +246,15 @@ def _parser() -> argparse.ArgumentParser:
 
     add_quarantine_parser(sub, common)
 
+    audit = sub.add_parser(
+        "audit", parents=[common], help="who did what: the audit log, newest first"
+    )
+    audit.add_argument("--since", help="entries from this day or ISO time on (default: all)")
+    audit.add_argument("--who", default="", help="one actor")
+    audit.add_argument("--action", default="", help="an action, or a prefix such as sql")
+    audit.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
+    audit.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
     db = sub.add_parser("db", parents=[common], help="schema migrations")
     db.add_argument("action", choices=("migrate", "status"))
     return parser
@@ -287,6 +297,7 @@ COMMANDS = {
     "sql": cmd_sql,
     "quarantine": cmd_quarantine,
     "db": cmd_db,
+    "audit": cmd_audit,
 }
 
 

@@ -66,6 +66,31 @@ def _who() -> str:
         return f"uid {os.getuid()}"
 
 
+def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
+    """The audit log, newest first."""
+    from gpuledger.app import open_warehouse
+    from warehouse.audit import audit_entries
+
+    if args.limit < 1:
+        raise InputError(f"--limit {args.limit} must be at least 1")
+    since = None
+    if args.since:
+        try:
+            since = dt.datetime.fromisoformat(args.since)
+        except ValueError:
+            raise InputError(
+                f"--since {args.since!r} is not a day or an ISO time such as 2026-11-30 or "
+                "2026-11-30T12:00"
+            ) from None
+        since = since if since.tzinfo else since.replace(tzinfo=dt.UTC)
+    wh = open_warehouse(settings, must_exist=True)
+    entries = audit_entries(wh, since=since, who=args.who, action=args.action, limit=args.limit)
+    columns = ["ts", "actor", "action", "object", "outcome", "detail"]
+    rows = [[getattr(e, c) for c in columns] for e in entries]
+    sys.stdout.write(format_rows(columns, rows, args.format))
+    return 0
+
+
 def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse, render_options
     from warehouse.migrate import migrate, status

@@ -356,11 +356,19 @@ def test_the_sql_console_is_read_only_unless_asked(
         d,
     )
     assert wrote.returncode == 0, wrote.stderr
-    audit = "SELECT action, detail FROM audit_log WHERE action = 'sql.write'"
-    got = run(gpuledger_cmd, cli_env, "sql", audit, "--format", "json", "--data-dir", d)
-    assert json.loads(got.stdout) == [
-        {"action": "sql.write", "detail": "INSERT INTO tenants (tenant) VALUES ('x/y')"}
-    ]
+    got = run(
+        gpuledger_cmd, cli_env, "audit", "--action", "sql", "--format", "json", "--data-dir", d
+    )
+    (entry,) = json.loads(got.stdout)
+    assert (entry["action"], entry["detail"], entry["outcome"]) == (
+        "sql.write",
+        "INSERT INTO tenants (tenant) VALUES ('x/y')",
+        "ok",
+    )
+    nobody = run(gpuledger_cmd, cli_env, "audit", "--who", "nobody", "--data-dir", d)
+    assert nobody.returncode == 0 and "(0 rows)" in nobody.stdout
+    later = run(gpuledger_cmd, cli_env, "audit", "--since", "2999-01-01", "--data-dir", d)
+    assert "(0 rows)" in later.stdout
     count = run(gpuledger_cmd, cli_env, "sql", "SELECT count() FROM tenants", "--data-dir", d)
     assert count.stdout.split()[2] == "1"
 

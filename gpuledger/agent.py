@@ -17,6 +17,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -27,7 +28,7 @@ from prometheus_client.registry import Collector
 from collector.pipeline import Enricher, HttpSink, Pipeline, Sink, Source
 from collector.records import Batch
 from collector.spool import Spool
-from gpuledger.settings import Settings
+from gpuledger.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,24 @@ def build_sources(settings: Settings, *, nvml: bool, dcgm_targets: Sequence[str]
 
 def build_sink(settings: Settings) -> tuple[Sink, Callable[[], None]]:
     """The sink: a gpuledger server URL, or the warehouse itself. Returns (sink, close)."""
-    if settings.agent.server_url:
-        sink = HttpSink(settings.agent.server_url)
+    a = settings.agent
+    if a.server_url:
+        token = a.token
+        if a.token_file:
+            try:
+                token = Path(a.token_file).expanduser().read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise SettingsError(
+                    f"agent.token_file {a.token_file!r} cannot be read: {exc.strerror}"
+                ) from None
+        if not token:
+            log.warning(
+                "agent.token is empty: %s refuses batches without one (make one with "
+                "`gpuledger token create --cluster %s`)",
+                a.server_url,
+                a.cluster,
+            )
+        sink = HttpSink(a.server_url, token=token)
         return sink, sink.close
     from gpuledger.app import open_warehouse
     from warehouse.ingest.sink import WarehouseSink

@@ -42,6 +42,7 @@ from gpuledger.commands import (
     cmd_seal,
     cmd_serve,
     cmd_sql,
+    cmd_token,
     cmd_why,
 )
 from gpuledger.output import format_rows  # noqa: F401 - re-exported for callers and tests
@@ -95,11 +96,25 @@ def _parser() -> argparse.ArgumentParser:
         "--no-serve", action="store_true", help="backfill, print what was written, and exit"
     )
     demo.add_argument("--port", type=int, help="dashboard port (default 8050)")
+    demo.add_argument("--insecure", action="store_true", help=_INSECURE)
 
     serve = sub.add_parser(
         "serve", parents=[common], help="serve the dashboard and the agents' ingest API"
     )
     serve.add_argument("--port", type=int, help="port (default 8050)")
+    serve.add_argument("--insecure", action="store_true", help=_INSECURE)
+
+    token = sub.add_parser("token", parents=[common], help="ingest tokens for agents")
+    token_actions = token.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = token_actions.add_parser(
+        "create", parents=[common], help="make a token (shown once) for one cluster's agents"
+    )
+    create.add_argument("--cluster", required=True, help="the cluster its rows must belong to")
+    create.add_argument("--node", default="", help="one node only (default: any node)")
+    create.add_argument("--note", default="", help="what it is for")
+    token_actions.add_parser("list", parents=[common], help="the tokens, never their secrets")
+    revoke = token_actions.add_parser("revoke", parents=[common], help="refuse a token from now on")
+    revoke.add_argument("id", help="the token's id (`token list` shows it)")
 
     sql = sub.add_parser("sql", parents=[common], help="run a SQL query against the warehouse")
     sql.add_argument("query", help='the SQL text, e.g. "SELECT count() FROM gpuledger.gpu_samples"')
@@ -260,6 +275,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_INSECURE = (
+    "accept ingest without tokens, and bind beyond loopback although the dashboard has no "
+    "login yet (a test bed only)"
+)
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args = _parser().parse_args(argv)
     for name, default in COMMON_DEFAULTS.items():
@@ -298,6 +319,7 @@ COMMANDS = {
     "quarantine": cmd_quarantine,
     "db": cmd_db,
     "audit": cmd_audit,
+    "token": cmd_token,
 }
 
 

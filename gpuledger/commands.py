@@ -91,6 +91,31 @@ def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
+    """Make, list and revoke ingest tokens (a file beside the warehouse: this works while
+    `serve` runs, which reads it again when it changes)."""
+    from gpuledger.tokens import TokenStore
+
+    store = TokenStore(settings.tokens_file)
+    if args.action == "create":
+        token, record = store.create(args.cluster, args.node, by=_who(), note=args.note)
+        print(token)
+        print(
+            f"ingest token {record.id} for {record.scope()}: shown this once, keep it in the "
+            "agents' agent.token (GPULEDGER_AGENT__TOKEN)",
+            file=sys.stderr,
+        )
+        return 0
+    if args.action == "revoke":
+        record = store.revoke(args.id)
+        print(f"ingest token {record.id} ({record.scope()}) revoked at {record.revoked_at}")
+        return 0
+    columns = ["id", "cluster", "node", "created_at", "created_by", "note", "revoked_at"]
+    rows = [[getattr(t, c) for c in columns] for t in store.tokens()]
+    sys.stdout.write(format_rows(columns, rows, "table"))
+    return 0
+
+
 def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse, render_options
     from warehouse.migrate import migrate, status
@@ -155,19 +180,35 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     scheduler = start_live(run, settings.simulator.interval_s)
     try:
-        return _serve(wh, settings)
+        return _serve(wh, settings, insecure=args.insecure)
     finally:
         scheduler.shutdown(wait=True)
         wh.close()
 
 
-def _serve(wh: Any, settings: Settings) -> int:
+def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
     from dashboards.app import create_app
     from gpuledger.server import register
+    from gpuledger.tokens import TokenBook, TokenStore
     from warehouse.ingest.coalesce import Coalescer
 
     s = settings.server
+    if not _loopback(s.host) and not insecure:
+        raise SettingsError(
+            f"server.host {s.host} would show the dashboard, which has no login yet, beyond "
+            "this machine: bind 127.0.0.1 (and reach it through an SSH tunnel or a proxy "
+            "that logs people in), or pass --insecure for a test bed"
+        )
+    tokens = None if insecure else TokenBook(TokenStore(settings.tokens_file))
+    if tokens is None:
+        log.warning("--insecure: ingest takes batches from anyone, for any cluster")
+    elif not len(tokens):
+        log.warning(
+            "no ingest tokens in %s: agents are refused (401) until one is made with "
+            "`gpuledger token create --cluster NAME`",
+            settings.tokens_file,
+        )
     spool_dir = settings.server_spool_dir
     coalescer = Coalescer(  # a CoalesceError (a ConfigError) names server.spool_dir
         wh,
@@ -179,7 +220,7 @@ def _serve(wh: Any, settings: Settings) -> int:
         dedup_window_s=s.dedup_window_s,
     )
     app = create_app(wh, idle=_idle_rule(settings), currency=settings.ledger.currency)
-    register(app.server, wh, coalescer)
+    register(app.server, wh, coalescer, tokens)
     coalescer.start()
     signal.signal(signal.SIGTERM, _terminate)
     # waitress: a production WSGI server with threads, never forking (the embedded engine
@@ -250,7 +291,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             )
         )
     try:
-        return _serve(wh, settings)
+        return _serve(wh, settings, insecure=args.insecure)
     finally:
         stop.set()
         for thread in threads:

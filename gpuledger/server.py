@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import TYPE_CHECKING
 
 import flask
@@ -21,6 +23,7 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from collector.spool import id_fits, load_batch
+from gpuledger.tokens import TokenBook, out_of_scope
 from warehouse.client import Warehouse, WarehouseError
 
 if TYPE_CHECKING:
@@ -33,12 +36,26 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_S = 30
 
 
-def register(server: flask.Flask, wh: Warehouse, coalescer: Coalescer) -> ServerMetrics:
-    """Add the ingest, health and metrics routes to ``server`` (Dash's Flask app)."""
+def register(
+    server: flask.Flask, wh: Warehouse, coalescer: Coalescer, tokens: TokenBook | None
+) -> ServerMetrics:
+    """Add the ingest, health and metrics routes to ``server`` (Dash's Flask app). Ingest
+    needs a token of ``tokens`` whose cluster (and node) every row belongs to; ``tokens``
+    None checks none (``serve --insecure``, and tests of the ingest mechanics)."""
     metrics = coalescer.metrics
+    denials = _Denials(wh)
 
     @server.post("/api/v1/ingest")
     def ingest() -> flask.typing.ResponseReturnValue:
+        token = None
+        if tokens is not None:
+            token, why = tokens.check(flask.request.headers.get("Authorization", ""))
+            if token is None:
+                metrics.batches.labels("unauthorized").inc()
+                denials.note("", why)
+                reply = flask.jsonify(error=why)
+                reply.headers["WWW-Authenticate"] = 'Bearer realm="gpuledger ingest"'
+                return reply, 401
         batch_id = flask.request.headers.get("X-Batch-Id", "")
         if not batch_id or not id_fits(batch_id):
             metrics.batches.labels("refused").inc()
@@ -52,6 +69,11 @@ def register(server: flask.Flask, wh: Warehouse, coalescer: Coalescer) -> Server
         except (ValueError, KeyError, TypeError) as exc:
             metrics.batches.labels("refused").inc()
             return flask.jsonify(error=f"the body is not a gpuledger batch: {exc}"), 400
+        stray = out_of_scope(batch, token) if token is not None else None
+        if token is not None and stray is not None:
+            metrics.batches.labels("forbidden").inc()
+            denials.note(f"token {token.id}", stray)
+            return flask.jsonify(error=stray), 403
         try:
             outcome = coalescer.accept(batch_id, data, batch)
         except OSError as exc:
@@ -90,6 +112,30 @@ def register(server: flask.Flask, wh: Warehouse, coalescer: Coalescer) -> Server
         return flask.Response(generate_latest(metrics.registry), mimetype=CONTENT_TYPE_LATEST)
 
     return metrics
+
+
+class _Denials:
+    """Refused ingest requests into the audit log: at most one entry per address and reason
+    every 10 s, so a flood of bad requests cannot flood the log."""
+
+    def __init__(self, wh: Warehouse):
+        self.wh = wh
+        self._last: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def note(self, actor: str, why: str) -> None:
+        addr = flask.request.remote_addr or ""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get((addr, why), float("-inf")) < 10:
+                return
+            self._last[(addr, why)] = now
+            if len(self._last) > 10_000:  # forget old ones rather than grow for ever
+                self._last = {k: t for k, t in self._last.items() if now - t < 10}
+        try:
+            self.wh.audit(actor or "anonymous", "ingest.denied", addr, why, outcome="denied")
+        except WarehouseError as exc:  # best effort: the refusal stands without its record
+            log.warning("cannot audit a refused ingest request: %s", exc)
 
 
 def _busy(message: str) -> flask.typing.ResponseReturnValue:

@@ -159,6 +159,9 @@ class ServerSettings:
     dedup_window_s: int = 86_400
     #: Requests served at once (threads of one process: the embedded engine forbids forking).
     threads: int = 8
+    #: The ingest tokens' hashes (`gpuledger token`); empty: ``ingest-tokens.json`` in the data
+    #: directory.
+    tokens_file: str = ""
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
@@ -198,6 +201,11 @@ class ServerSettings:
 class AgentSettings:
     #: A `gpuledger serve` URL to send batches to; empty: write to the warehouse directly.
     server_url: str = ""
+    #: The ingest token `gpuledger token create` made for this cluster (or node); prefer
+    #: GPULEDGER_AGENT__TOKEN or token_file to writing it in a settings file.
+    token: str = ""
+    #: A file holding the token (e.g. a Kubernetes secret mounted read-only).
+    token_file: str = ""
     cluster: str = "default"
     pool: str = ""
     #: This node's name; empty: the host name.
@@ -315,6 +323,12 @@ class Settings:
     def server_spool_dir(self) -> str:
         """server.spool_dir, or ``ingest-spool`` in the data directory."""
         return self.server.spool_dir or str(self._data_dir / "ingest-spool")
+
+    @property
+    def tokens_file(self) -> Path:
+        """server.tokens_file, or ``ingest-tokens.json`` in the data directory."""
+        given = self.server.tokens_file
+        return Path(given).expanduser() if given else self._data_dir / "ingest-tokens.json"
 
     @property
     def kubernetes_state_dir(self) -> Path | None:

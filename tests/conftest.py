@@ -243,3 +243,27 @@ def usage_between(
     return usage_frame(
         wh, Window(start, end), now=now or dt.datetime.now(dt.UTC), idle=idle_rule(**flat), **kw
     )
+
+
+def make_token(
+    gpuledger_cmd: list[str], env: dict[str, str], data_dir: Path, cluster: str, *more: str
+) -> str:
+    """An ingest token for ``cluster``, made as a user would: `gpuledger token create`."""
+    got = subprocess.run(
+        [
+            *gpuledger_cmd,
+            "token",
+            "create",
+            "--cluster",
+            cluster,
+            *more,
+            "--data-dir",
+            str(data_dir),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert got.returncode == 0, got.stderr
+    return got.stdout.strip()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import SqlRows
+from conftest import SqlRows, make_token
 
 from tests import nvml_stub
 
@@ -79,6 +79,9 @@ def test_agent_survives_a_server_kill(
         _wait(f"http://127.0.0.1:{port}/healthz", lambda r: r.status_code == 200)
         return proc
 
+    env["GPULEDGER_AGENT__TOKEN"] = make_token(
+        gpuledger_cmd, cli_env, data, "c1", "--node", "node-1"
+    )
     server = start_server()
     agent = subprocess.Popen(
         [*gpuledger_cmd, "agent"], env=env, stdout=subprocess.PIPE, stderr=agent_log, text=True

@@ -384,7 +384,7 @@ def metric(text: str, name: str) -> float:
 
 def http(c: Coalescer, wh: Warehouse) -> flask.testing.FlaskClient:
     app = flask.Flask("test-coalesce")
-    register(app, wh, c)
+    register(app, wh, c, tokens=None)
     return app.test_client()
 
 

@@ -152,7 +152,7 @@ def server(wh: Warehouse, tmp_path: Path) -> Iterator[tuple[str, FlakyWsgi, Coal
     coalescer = Coalescer(
         wh, 35, tmp_path / "server-spool", max_ms=50, now=lambda: T0 + dt.timedelta(hours=1)
     )
-    register(app, wh, coalescer)
+    register(app, wh, coalescer, tokens=None)
     coalescer.start()
     flaky = FlakyWsgi(app.wsgi_app)
     srv = make_server("127.0.0.1", 0, flaky, threaded=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import requests
-from conftest import SqlRows
+from conftest import SqlRows, make_token
 
 from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample
 from collector.spool import dump_batch
@@ -50,9 +50,10 @@ class Agent(threading.Thread):
     """Sends its polls one after another; each is re-sent (same id) until a 2xx, as the real
     agent does from its spool."""
 
-    def __init__(self, n: int, url: str, start: dt.datetime, stop: threading.Event):
+    def __init__(self, n: int, url: str, start: dt.datetime, stop: threading.Event, token: str):
         super().__init__(daemon=True)
         self.n, self.url, self.begin, self.stop = n, url, start, stop
+        self.headers = {"Authorization": f"Bearer {token}"}
         self.delivered = 0
         self.duplicates = 0
 
@@ -64,7 +65,10 @@ class Agent(threading.Thread):
                 while True:
                     try:
                         reply = session.post(
-                            self.url, data=body, headers={"X-Batch-Id": batch_id}, timeout=10
+                            self.url,
+                            data=body,
+                            headers={**self.headers, "X-Batch-Id": batch_id},
+                            timeout=10,
                         )
                         if reply.status_code < 300:
                             self.duplicates += reply.status_code == 200
@@ -103,7 +107,8 @@ def test_a_server_killed_mid_group_writes_every_sample_once(
     server = start_server()
     stop = threading.Event()
     start = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=2)
-    agents = [Agent(n, f"{base}/api/v1/ingest", start, stop) for n in range(4)]
+    token = make_token(gpuledger_cmd, cli_env, data, "c1")
+    agents = [Agent(n, f"{base}/api/v1/ingest", start, stop, token) for n in range(4)]
     for agent in agents:
         agent.start()
     hits = 0

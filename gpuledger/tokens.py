@@ -13,36 +13,29 @@ compared by its hash in constant time.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
-import fcntl
 import hashlib
 import hmac
-import json
 import os
 import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from collector.records import Batch
-from gpuledger_errors import ConfigError, InputError
+from gpuledger.lockedfile import CredentialsFileError, Watched, changing, read_list
+from gpuledger_errors import InputError
 
 _TOKEN = re.compile(r"^glt_([0-9a-f]{8})_[A-Za-z0-9_-]{20,100}$")
 
 
 class TokenError(InputError):
     """A token request that cannot be done as asked (unknown id, bad cluster name)."""
-
-
-class TokenFileError(ConfigError):
-    """The tokens file cannot be read or written."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,119 +64,70 @@ def _digest(token: str) -> str:
 
 
 class TokenStore:
-    """The tokens file: read, and changed under an exclusive lock (one change at a time,
-    written to a temporary file and renamed, so a reader never sees half a file)."""
+    """The tokens file (see :mod:`gpuledger.lockedfile`)."""
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
 
     def tokens(self) -> list[Token]:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise TokenFileError(
-                f"cannot read the tokens file {self.path}: {exc.strerror}"
-            ) from None
-        try:
-            doc = json.loads(text)
-            return [Token(**entry) for entry in doc["tokens"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise TokenFileError(
-                f"the tokens file {self.path} is damaged ({exc}): restore it from a backup, or "
-                "move it away and make new tokens"
-            ) from None
+        return [_token(entry, self.path) for entry in read_list(self.path, "tokens")]
 
     def create(
         self, cluster: str, node: str = "", *, by: str = "", note: str = ""
     ) -> tuple[str, Token]:
         """A new token for ``cluster`` (and ``node``): the token, shown once, and its record."""
-        if not cluster or not re.fullmatch(r"[\w.:-]{1,200}", cluster):
+        if not re.fullmatch(r"[\w.:-]{1,200}", cluster):
             raise TokenError(
                 f"--cluster {cluster!r} is not a cluster name (letters, digits, . _ : -)"
             )
-        with self._changing() as tokens:
-            taken = {t.id for t in tokens}
+        with changing(self.path, "tokens") as entries:
+            taken = {e.get("id") for e in entries}
             while (token_id := secrets.token_hex(4)) in taken:
                 pass
             token = f"glt_{token_id}_{secrets.token_urlsafe(32)}"
             record = Token(
-                token_id,
-                _digest(token),
-                cluster,
-                node,
-                created_at=_now(),
-                created_by=by,
-                note=note,
+                token_id, _digest(token), cluster, node, _now(), created_by=by, note=note
             )
-            tokens.append(record)
+            entries.append(dataclasses.asdict(record))
         return token, record
 
     def revoke(self, token_id: str) -> Token:
-        with self._changing() as tokens:
-            for i, t in enumerate(tokens):
-                if t.id == token_id:
-                    if not t.revoked:
-                        tokens[i] = dataclasses.replace(t, revoked_at=_now())
-                    return tokens[i]
+        with changing(self.path, "tokens") as entries:
+            for entry in entries:
+                if entry.get("id") == token_id:
+                    entry["revoked_at"] = entry.get("revoked_at") or _now()
+                    return _token(entry, self.path)
         known = ", ".join(t.id for t in self.tokens()) or "none yet"
         raise TokenError(
             f"no token {token_id!r} (tokens: {known}); `gpuledger token list` shows them"
         )
 
-    @contextlib.contextmanager
-    def _changing(self) -> Iterator[list[Token]]:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(self.path.with_suffix(".lock"), "a")  # noqa: SIM115 - closed below
-        except OSError as exc:
-            raise TokenFileError(f"cannot write beside {self.path}: {exc.strerror}") from None
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            tokens = self.tokens()
-            yield tokens
-            body = json.dumps({"tokens": [dataclasses.asdict(t) for t in tokens]}, indent=1)
-            tmp = self.path.with_suffix(".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(body + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
+
+def _token(entry: dict[str, Any], path: Path) -> Token:
+    try:
+        return Token(**entry)
+    except TypeError as exc:
+        raise CredentialsFileError(f"{path} has an entry that is not a token: {exc}") from None
 
 
 class TokenBook:
-    """What the server checks ingest against: the tokens file, read again when it changes
-    (looked at no more than once a second)."""
+    """What the server checks ingest against: the tokens file, read again when it changes."""
 
     def __init__(self, store: TokenStore, clock: Any = time.monotonic):
         self.store = store
-        self._clock = clock
         self._lock = threading.Lock()
+        self._watch = Watched(store.path, clock)
         self._by_id: dict[str, Token] = {}
-        self._seen: tuple[float, int] | None = None
-        self._checked = float("-inf")
-        self._refresh(force=True)
+        self._refresh()
 
     def __len__(self) -> int:
         with self._lock:
             self._refresh()
             return sum(not t.revoked for t in self._by_id.values())
 
-    def _refresh(self, force: bool = False) -> None:
-        now = self._clock()
-        if not force and now - self._checked < 1.0:
-            return
-        self._checked = now
-        try:
-            st = self.store.path.stat()
-            seen: tuple[float, int] | None = (st.st_mtime, st.st_size)
-        except FileNotFoundError:
-            seen = None
-        if seen != self._seen or force:
+    def _refresh(self) -> None:
+        if self._watch.changed():
             self._by_id = {t.id: t for t in self.store.tokens()}
-            self._seen = seen
 
     def check(self, authorization: str) -> tuple[Token | None, str]:
         """The token an ``Authorization`` header names, or None with why it is refused."""

@@ -43,6 +43,7 @@ from gpuledger.commands import (
     cmd_serve,
     cmd_sql,
     cmd_token,
+    cmd_user,
     cmd_why,
 )
 from gpuledger.output import format_rows  # noqa: F401 - re-exported for callers and tests
@@ -103,6 +104,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--port", type=int, help="port (default 8050)")
     serve.add_argument("--insecure", action="store_true", help=_INSECURE)
+
+    user = sub.add_parser("user", parents=[common], help="people who may log in, and their roles")
+    user_actions = user.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = user_actions.add_parser("add", parents=[common], help="add a user")
+    add.add_argument("name")
+    add.add_argument(
+        "--role", required=True, help="admin, manager, tenant:ORG or tenant:ORG/PROJECT"
+    )
+    add.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password from the first line of stdin (default: make one, shown once)",
+    )
+    user_actions.add_parser("list", parents=[common], help="the users and their roles")
+    remove = user_actions.add_parser("remove", parents=[common], help="remove a user")
+    remove.add_argument("name")
 
     token = sub.add_parser("token", parents=[common], help="ingest tokens for agents")
     token_actions = token.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -276,8 +293,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _INSECURE = (
-    "accept ingest without tokens, and bind beyond loopback although the dashboard has no "
-    "login yet (a test bed only)"
+    "no logins and no ingest tokens: anyone who reaches it reads and writes everything "
+    "(a test bed only)"
 )
 
 
@@ -320,6 +337,7 @@ COMMANDS = {
     "db": cmd_db,
     "audit": cmd_audit,
     "token": cmd_token,
+    "user": cmd_user,
 }
 
 

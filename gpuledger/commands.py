@@ -116,6 +116,34 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_user(settings: Settings, args: argparse.Namespace) -> int:
+    """Add, list and remove the people who may log in (a file beside the warehouse: this
+    works while `serve` runs, which reads it again when it changes)."""
+    from gpuledger.users import UserStore, new_password
+
+    store = UserStore(settings.users_file)
+    if args.action == "add":
+        made = not args.password_stdin
+        password = new_password() if made else sys.stdin.readline().rstrip("\n")
+        user = store.add(args.name, args.role, password, by=_who())
+        if made:
+            print(password)
+        print(
+            f"user {user.name} ({user.role}) added"
+            + ("; the password above is shown this once" if made else ""),
+            file=sys.stderr,
+        )
+        return 0
+    if args.action == "remove":
+        user = store.remove(args.name)
+        print(f"user {user.name} ({user.role}) removed; their sessions end now")
+        return 0
+    columns = ["name", "role", "created_at", "created_by"]
+    rows = [[getattr(u, c) for c in columns] for u in store.users()]
+    sys.stdout.write(format_rows(columns, rows, "table"))
+    return 0
+
+
 def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse, render_options
     from warehouse.migrate import migrate, status
@@ -178,6 +206,8 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
             print(f"    {count:,} × {reason}")
     if args.no_serve:
         return 0
+    if not args.insecure:
+        _demo_admin(settings)
     scheduler = start_live(run, settings.simulator.interval_s)
     try:
         return _serve(wh, settings, insecure=args.insecure)
@@ -186,29 +216,56 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         wh.close()
 
 
+def _demo_admin(settings: Settings) -> None:
+    """The demo's first run makes an admin, so the dashboard can be opened at once."""
+    from gpuledger.users import UserStore, new_password
+
+    store = UserStore(settings.users_file)
+    if store.users():
+        return
+    password = new_password()
+    store.add("admin", "admin", password, by="gpuledger demo")
+    print(f"dashboard login: admin / {password}  (shown this once; `gpuledger user` manages users)")
+
+
 def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
     from dashboards.app import create_app
+    from gpuledger.login import protect, session_key
     from gpuledger.server import register
     from gpuledger.tokens import TokenBook, TokenStore
+    from gpuledger.users import UserBook, UserStore
     from warehouse.ingest.coalesce import Coalescer
 
     s = settings.server
-    if not _loopback(s.host) and not insecure:
-        raise SettingsError(
-            f"server.host {s.host} would show the dashboard, which has no login yet, beyond "
-            "this machine: bind 127.0.0.1 (and reach it through an SSH tunnel or a proxy "
-            "that logs people in), or pass --insecure for a test bed"
-        )
     tokens = None if insecure else TokenBook(TokenStore(settings.tokens_file))
-    if tokens is None:
-        log.warning("--insecure: ingest takes batches from anyone, for any cluster")
-    elif not len(tokens):
+    users = None if insecure else UserBook(UserStore(settings.users_file))
+    if tokens is None or users is None:
         log.warning(
-            "no ingest tokens in %s: agents are refused (401) until one is made with "
-            "`gpuledger token create --cluster NAME`",
-            settings.tokens_file,
+            "--insecure: anyone who reaches %s:%s reads every tenant's figures and writes "
+            "batches for any cluster",
+            s.host,
+            s.port,
         )
+    else:
+        if not len(tokens):
+            log.warning(
+                "no ingest tokens in %s: agents are refused (401) until one is made with "
+                "`gpuledger token create --cluster NAME`",
+                settings.tokens_file,
+            )
+        if not len(users):
+            log.warning(
+                "no users in %s: the dashboard refuses everyone (401) until one is made "
+                "with `gpuledger user add NAME --role admin`",
+                settings.users_file,
+            )
+        if not _loopback(s.host) and not len(tokens) and not len(users):
+            raise SettingsError(
+                f"server.host {s.host} answers beyond this machine and no user or ingest "
+                "token is set up: make them first (`gpuledger user add`, `gpuledger token "
+                "create`), or pass --insecure for a test bed"
+            )
     spool_dir = settings.server_spool_dir
     coalescer = Coalescer(  # a CoalesceError (a ConfigError) names server.spool_dir
         wh,
@@ -221,6 +278,8 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     )
     app = create_app(wh, idle=_idle_rule(settings), currency=settings.ledger.currency)
     register(app.server, wh, coalescer, tokens)
+    if users is not None:
+        protect(app.server, users, wh, session_key(settings.session_key_file))
     coalescer.start()
     signal.signal(signal.SIGTERM, _terminate)
     # waitress: a production WSGI server with threads, never forking (the embedded engine

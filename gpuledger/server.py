@@ -14,8 +14,6 @@
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from typing import TYPE_CHECKING
 
 import flask
@@ -23,6 +21,7 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from collector.spool import id_fits, load_batch
+from gpuledger.auditing import Refusals
 from gpuledger.tokens import TokenBook, out_of_scope
 from warehouse.client import Warehouse, WarehouseError
 
@@ -43,7 +42,7 @@ def register(
     needs a token of ``tokens`` whose cluster (and node) every row belongs to; ``tokens``
     None checks none (``serve --insecure``, and tests of the ingest mechanics)."""
     metrics = coalescer.metrics
-    denials = _Denials(wh)
+    denials = Refusals(wh, "ingest.denied")
 
     @server.post("/api/v1/ingest")
     def ingest() -> flask.typing.ResponseReturnValue:
@@ -112,30 +111,6 @@ def register(
         return flask.Response(generate_latest(metrics.registry), mimetype=CONTENT_TYPE_LATEST)
 
     return metrics
-
-
-class _Denials:
-    """Refused ingest requests into the audit log: at most one entry per address and reason
-    every 10 s, so a flood of bad requests cannot flood the log."""
-
-    def __init__(self, wh: Warehouse):
-        self.wh = wh
-        self._last: dict[tuple[str, str], float] = {}
-        self._lock = threading.Lock()
-
-    def note(self, actor: str, why: str) -> None:
-        addr = flask.request.remote_addr or ""
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last.get((addr, why), float("-inf")) < 10:
-                return
-            self._last[(addr, why)] = now
-            if len(self._last) > 10_000:  # forget old ones rather than grow for ever
-                self._last = {k: t for k, t in self._last.items() if now - t < 10}
-        try:
-            self.wh.audit(actor or "anonymous", "ingest.denied", addr, why, outcome="denied")
-        except WarehouseError as exc:  # best effort: the refusal stands without its record
-            log.warning("cannot audit a refused ingest request: %s", exc)
 
 
 def _busy(message: str) -> flask.typing.ResponseReturnValue:

@@ -162,6 +162,9 @@ class ServerSettings:
     #: The ingest tokens' hashes (`gpuledger token`); empty: ``ingest-tokens.json`` in the data
     #: directory.
     tokens_file: str = ""
+    #: The people who may log in, with argon2 hashes (`gpuledger user`); empty: ``users.json``
+    #: in the data directory.
+    users_file: str = ""
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
@@ -329,6 +332,17 @@ class Settings:
         """server.tokens_file, or ``ingest-tokens.json`` in the data directory."""
         given = self.server.tokens_file
         return Path(given).expanduser() if given else self._data_dir / "ingest-tokens.json"
+
+    @property
+    def users_file(self) -> Path:
+        """server.users_file, or ``users.json`` in the data directory."""
+        given = self.server.users_file
+        return Path(given).expanduser() if given else self._data_dir / "users.json"
+
+    @property
+    def session_key_file(self) -> Path:
+        """The key that signs login cookies, made on first use, in the data directory."""
+        return self._data_dir / "session-key"
 
     @property
     def kubernetes_state_dir(self) -> Path | None:

@@ -94,6 +94,8 @@ def _start(cmd: list[str], env: dict[str, str], data: Path, port: int) -> subpro
         line = proc.stdout.readline()
         if not line:
             break
+        if line.startswith("dashboard login: "):  # the first run makes an admin
+            LOGINS[str(data)] = ("admin", line.split()[4])
         if line.startswith("gpuledger dashboard: "):
             assert line.split()[2] == f"http://127.0.0.1:{port}"
             break
@@ -105,6 +107,10 @@ def _start(cmd: list[str], env: dict[str, str], data: Path, port: int) -> subpro
             time.sleep(0.1)
     proc.kill()
     raise AssertionError("the demo did not serve its page")
+
+
+#: The admin each demo data directory's first run made, and its password.
+LOGINS: dict[str, tuple[str, str]] = {}
 
 
 def _count(cmd: list[str], env: dict[str, str], data: Path) -> int:
@@ -133,7 +139,8 @@ def test_served_demo_survives_a_kill(
     data, port = tmp_path / "d", _free_port()
     proc = _start(gpuledger_cmd, cli_env, data, port)
     try:
-        page = requests.get(f"http://127.0.0.1:{port}/", timeout=10)
+        assert requests.get(f"http://127.0.0.1:{port}/_dash-layout", timeout=10).status_code == 401
+        page = requests.get(f"http://127.0.0.1:{port}/", auth=LOGINS[str(data)], timeout=10)
         assert page.status_code == 200 and "gpuledger" in page.text
         health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()
         assert health["status"] == "ok" and health["spool_batches"] == 0
@@ -143,9 +150,12 @@ def test_served_demo_survives_a_kill(
         proc.stdout.close()  # type: ignore[union-attr]
     before = _count(gpuledger_cmd, cli_env, data)
     assert before > 8 * 0.1 * 8640 * 0.8
+    made = LOGINS.pop(str(data))
     proc = _start(gpuledger_cmd, cli_env, data, port)
     try:
         assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+        assert str(data) not in LOGINS  # the admin is made once, then kept
+        assert requests.get(f"http://127.0.0.1:{port}/", auth=made, timeout=10).ok
     finally:
         proc.send_signal(signal.SIGTERM)  # a clean stop this time
         assert proc.wait(timeout=60) == 0

@@ -160,4 +160,6 @@ def test_serve_will_not_show_its_dashboard_beyond_loopback_unasked(
     env = {**cli_env, "GPULEDGER_SERVER__HOST": "0.0.0.0"}
     got = _run(gpuledger_cmd, env, "serve", "--port", str(_port()), "--data-dir", str(tmp_path))
     assert got.returncode == 2
-    assert got.stderr.strip().startswith("gpuledger: server.host 0.0.0.0 would show the dashboard")
+    assert got.stderr.strip().startswith(
+        "gpuledger: server.host 0.0.0.0 answers beyond this machine and no user or ingest token"
+    )

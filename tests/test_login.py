@@ -1,0 +1,149 @@
+"""Logins in front of the dashboard, against a real `gpuledger serve` over HTTP: the form with
+its CSRF token and a signed cookie, HTTP Basic for scripts, open health and metrics, users
+changed while it runs, and the audit log."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from gpuledger.users import UserBook, UserError, UserStore
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = "correct horse battery"
+
+
+def _port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(cmd: list[str], env: dict[str, str], *args: str, stdin: str = "") -> str:
+    got = subprocess.run(
+        [*cmd, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120
+    )
+    assert got.returncode == 0, got.stderr
+    return got.stdout
+
+
+def test_roles_and_passwords_are_checked(tmp_path: Path) -> None:
+    store = UserStore(tmp_path / "users.json")
+    with pytest.raises(UserError, match="is not a role"):
+        store.add("bob", "tenant:", PASSWORD)
+    with pytest.raises(UserError, match="at least 12 characters"):
+        store.add("bob", "admin", "short")
+    lead = store.add("lead", "tenant:ml/vision", PASSWORD)
+    assert lead.tenant == "ml/vision" and PASSWORD not in store.path.read_text()
+    book = UserBook(store)
+    assert book.verify("lead", PASSWORD) == lead
+    assert book.verify("lead", PASSWORD + "x") is None and book.verify("nobody", PASSWORD) is None
+    with pytest.raises(UserError, match="exists"):
+        store.add("lead", "admin", PASSWORD)
+
+
+def test_the_dashboard_needs_a_login(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    data, port = tmp_path / "data", _port()
+    d = ["--data-dir", str(data)]
+    _cli(
+        gpuledger_cmd,
+        cli_env,
+        "user",
+        "add",
+        "alice",
+        "--role",
+        "manager",
+        "--password-stdin",
+        *d,
+        stdin=PASSWORD + "\n",
+    )
+    made = _cli(gpuledger_cmd, cli_env, "user", "add", "bob", "--role", "tenant:ml", *d).strip()
+    assert len(made) >= 20  # a password made for bob, shown once
+    server = subprocess.Popen(
+        [*gpuledger_cmd, "serve", "--port", str(port), *d],
+        env=cli_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                assert server.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        assert requests.get(f"{url}/metrics", timeout=10).status_code == 200  # open
+        page = requests.get(f"{url}/", headers={"Accept": "text/html"}, allow_redirects=False)
+        assert page.status_code == 302 and page.headers["Location"].startswith("/login?next=")
+        for method, path in (("GET", "/_dash-layout"), ("POST", "/_dash-update-component")):
+            bare = requests.request(method, f"{url}{path}", json={}, timeout=10)
+            assert bare.status_code == 401 and "log in" in bare.json()["error"]
+            assert bare.headers["WWW-Authenticate"].startswith("Basic")
+        layout = requests.get(f"{url}/_dash-layout", auth=("alice", PASSWORD), timeout=10)
+        assert layout.status_code == 200
+        assert requests.get(f"{url}/_dash-layout", auth=("bob", made), timeout=10).ok
+        wrong = requests.get(f"{url}/_dash-layout", auth=("alice", "nope"), timeout=10)
+        assert wrong.status_code == 401
+
+        with requests.Session() as s:
+            form = s.get(f"{url}/login?next=/_dash-layout", timeout=10).text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form)[1]  # type: ignore[index]
+            forged = s.post(f"{url}/login", data={"user": "alice", "password": PASSWORD})
+            assert forged.status_code == 400  # no CSRF token: refused
+            bad = s.post(f"{url}/login", data={"user": "alice", "password": "x", "csrf": csrf})
+            assert bad.status_code == 401 and "Wrong user name or password" in bad.text
+            ok = s.post(
+                f"{url}/login",
+                data={"user": "alice", "password": PASSWORD, "csrf": csrf, "next": "/_dash-layout"},
+                allow_redirects=False,
+            )
+            assert ok.status_code == 302 and ok.headers["Location"] == "/_dash-layout"
+            cookie = ok.headers["Set-Cookie"]
+            assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
+            assert s.get(f"{url}/_dash-layout", timeout=10).status_code == 200
+            # another site as `next` is never followed (a login turns the CSRF token over)
+            form = s.get(f"{url}/login", timeout=10).text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form)[1]  # type: ignore[index]
+            away = s.post(
+                f"{url}/login",
+                data={
+                    "user": "alice",
+                    "password": PASSWORD,
+                    "csrf": csrf,
+                    "next": "//evil.example/",
+                },
+                allow_redirects=False,
+            )
+            assert away.headers["Location"] == "/"
+            # alice removed while the server runs: her session ends
+            _cli(gpuledger_cmd, cli_env, "user", "remove", "alice", *d)
+            deadline = time.monotonic() + 30
+            while s.get(f"{url}/_dash-layout", timeout=10).status_code == 200:
+                assert time.monotonic() < deadline, "a removed user still reads"
+                time.sleep(0.2)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    listed = _cli(gpuledger_cmd, cli_env, "user", "list", *d)
+    assert "bob" in listed and "tenant:ml" in listed and "alice" not in listed
+    audit = json.loads(
+        _cli(gpuledger_cmd, cli_env, "audit", "--action", "login", "--format", "json", *d)
+    )
+    assert {(e["action"], e["outcome"]) for e in audit} == {
+        ("login", "ok"),
+        ("login.failed", "denied"),
+    }

@@ -70,11 +70,14 @@ class HttpSink:
         session: requests.Session | None = None,
         timeout_s: float = 30.0,
         token: str = "",
+        verify: str | bool = True,
     ):
         self.url = url.rstrip("/") + "/api/v1/ingest"
         self.session = session or requests.Session()
         self.timeout_s = timeout_s
         self.token = token
+        # per request, since a session's own verify loses to REQUESTS_CA_BUNDLE
+        self.verify = verify
 
     def send(self, batch: Batch, batch_id: str) -> None:
         headers = {"Content-Type": "application/vnd.gpuledger.batch", "X-Batch-Id": batch_id}
@@ -82,7 +85,11 @@ class HttpSink:
             headers["Authorization"] = f"Bearer {self.token}"
         try:
             reply = self.session.post(
-                self.url, data=dump_batch(batch), headers=headers, timeout=self.timeout_s
+                self.url,
+                data=dump_batch(batch),
+                headers=headers,
+                timeout=self.timeout_s,
+                verify=self.verify,
             )
         except requests.RequestException as exc:
             raise SinkUnavailable(f"{self.url}: {exc}") from exc

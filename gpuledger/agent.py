@@ -113,7 +113,7 @@ def build_sink(settings: Settings) -> tuple[Sink, Callable[[], None]]:
                 a.server_url,
                 a.cluster,
             )
-        sink = HttpSink(a.server_url, token=token)
+        sink = HttpSink(a.server_url, token=token, verify=a.tls_ca_file or True)
         return sink, sink.close
     from gpuledger.app import open_warehouse
     from warehouse.ingest.sink import WarehouseSink

@@ -248,6 +248,12 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
             s.port,
         )
     else:
+        if not _loopback(s.host) and not len(tokens) and not len(users):
+            raise SettingsError(
+                f"server.host {s.host} answers beyond this machine and no user or ingest "
+                "token is set up: make them first (`gpuledger user add`, `gpuledger token "
+                "create`), or pass --insecure for a test bed"
+            )
         if not len(tokens):
             log.warning(
                 "no ingest tokens in %s: agents are refused (401) until one is made with "
@@ -259,12 +265,6 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
                 "no users in %s: the dashboard refuses everyone (401) until one is made "
                 "with `gpuledger user add NAME --role admin`",
                 settings.users_file,
-            )
-        if not _loopback(s.host) and not len(tokens) and not len(users):
-            raise SettingsError(
-                f"server.host {s.host} answers beyond this machine and no user or ingest "
-                "token is set up: make them first (`gpuledger user add`, `gpuledger token "
-                "create`), or pass --insecure for a test bed"
             )
     spool_dir = settings.server_spool_dir
     coalescer = Coalescer(  # a CoalesceError (a ConfigError) names server.spool_dir
@@ -279,21 +279,37 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     app = create_app(wh, idle=_idle_rule(settings), currency=settings.ledger.currency)
     register(app.server, wh, coalescer, tokens)
     if users is not None:
-        protect(app.server, users, wh, session_key(settings.session_key_file))
+        protect(
+            app.server,
+            users,
+            wh,
+            session_key(settings.session_key_file),
+            secure_cookie=bool(s.tls_cert_file),
+        )
     coalescer.start()
     signal.signal(signal.SIGTERM, _terminate)
-    # waitress: a production WSGI server with threads, never forking (the embedded engine
-    # must not be forked once opened)
-    import waitress
+    # cheroot: a production WSGI server with threads, never forking (the embedded engine
+    # must not be forked once opened), and TLS of its own
+    from cheroot import wsgi
+    from cheroot.ssl.builtin import BuiltinSSLAdapter
 
-    server = waitress.create_server(app.server, host=s.host, port=s.port, threads=s.threads)
-    if not _loopback(s.host):
+    server = wsgi.Server((s.host, s.port), app.server, numthreads=s.threads, shutdown_timeout=5)
+    tls = bool(s.tls_cert_file)
+    if tls:
+        try:
+            server.ssl_adapter = BuiltinSSLAdapter(s.tls_cert_file, s.tls_key_file)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise SettingsError(
+                f"server.tls_cert_file/tls_key_file cannot be used: {exc}; give a PEM "
+                "certificate (chain) and its key"
+            ) from None
+    elif not _loopback(s.host):
         log.warning(
-            "server.host %s answers beyond this machine over plain HTTP: put a TLS proxy in "
-            "front of it (gpuledger serves no TLS itself yet)",
+            "server.host %s answers beyond this machine over plain HTTP: set "
+            "server.tls_cert_file and server.tls_key_file, or put a TLS proxy in front",
             s.host,
         )
-    url = f"http://{s.host}:{s.port}"
+    url = f"{'https' if tls else 'http'}://{s.host}:{s.port}"
     print(
         f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
         f"{settings.warehouse.resolved_dsn}; agents' batches wait in {spool_dir})",
@@ -301,9 +317,9 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     )
     try:
         with contextlib.suppress(SystemExit, KeyboardInterrupt):
-            server.run()
+            server.start()
     finally:
-        server.close()
+        server.stop()
         coalescer.stop(timeout_s=30)
     return 0
 

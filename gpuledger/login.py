@@ -50,12 +50,16 @@ def current_user() -> User | None:
     return user if isinstance(user, User) else None
 
 
-def protect(server: flask.Flask, users: UserBook, wh: Warehouse, key: bytes) -> None:
-    """Require a login for every route of ``server`` but :data:`OPEN_PATHS`."""
+def protect(
+    server: flask.Flask, users: UserBook, wh: Warehouse, key: bytes, *, secure_cookie: bool
+) -> None:
+    """Require a login for every route of ``server`` but :data:`OPEN_PATHS`; the session
+    cookie is sent over HTTPS only when ``secure_cookie`` (the server speaks TLS)."""
     server.secret_key = key
     server.config.update(
         SESSION_COOKIE_NAME="gpuledger_session",
         SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SECURE=secure_cookie,
         SESSION_COOKIE_SAMESITE="Lax",
         PERMANENT_SESSION_LIFETIME=dt.timedelta(hours=12),
     )

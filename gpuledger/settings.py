@@ -165,12 +165,24 @@ class ServerSettings:
     #: The people who may log in, with argon2 hashes (`gpuledger user`); empty: ``users.json``
     #: in the data directory.
     users_file: str = ""
+    #: HTTPS: a PEM certificate (chain) and its key; both empty: plain HTTP.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
             raise SettingsError(f"server.port {self.port} is not a TCP port (1-65535)")
         if not 1 <= self.threads <= 256:
             raise SettingsError(f"server.threads {self.threads} must be 1 to 256")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise SettingsError(
+                "server.tls_cert_file and server.tls_key_file go together: give both for "
+                "HTTPS, or neither"
+            )
+        for name in ("tls_cert_file", "tls_key_file"):
+            path = getattr(self, name)
+            if path and not Path(path).expanduser().is_file():
+                raise SettingsError(f"server.{name} {path!r} is not a file")
         if self.spool_max_bytes < 1 << 20:
             raise SettingsError("server.spool_max_bytes must be at least 1 MiB (1048576)")
         if self.coalesce_max_rows < 1:
@@ -209,6 +221,8 @@ class AgentSettings:
     token: str = ""
     #: A file holding the token (e.g. a Kubernetes secret mounted read-only).
     token_file: str = ""
+    #: The CA that signed an https server_url's certificate, when it is not a public one.
+    tls_ca_file: str = ""
     cluster: str = "default"
     pool: str = ""
     #: This node's name; empty: the host name.

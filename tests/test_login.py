@@ -4,6 +4,7 @@ changed while it runs, and the audit log."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import subprocess
@@ -12,7 +13,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from conftest import make_token
 
+from collector.pipeline import HttpSink
+from collector.records import Batch, GpuInventory
 from gpuledger.users import UserBook, UserError, UserStore
 
 pytestmark = pytest.mark.integration
@@ -147,3 +151,78 @@ def test_the_dashboard_needs_a_login(
         ("login", "ok"),
         ("login.failed", "denied"),
     }
+
+
+def test_https_with_a_configured_certificate(
+    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+) -> None:
+    """With server.tls_cert_file and tls_key_file, serve speaks HTTPS (checked against the test
+    CA), and the login cookie is Secure."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    chain, key, ca_file = tmp_path / "chain.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    cert.private_key_pem.write_to_path(str(key))
+    chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    ca.cert_pem.write_to_path(str(ca_file))
+    data, port = tmp_path / "data", _port()
+    d = ["--data-dir", str(data)]
+    _cli(
+        gpuledger_cmd,
+        cli_env,
+        "user",
+        "add",
+        "ana",
+        "--role",
+        "admin",
+        "--password-stdin",
+        *d,
+        stdin=PASSWORD + "\n",
+    )
+    env = {
+        **cli_env,
+        "GPULEDGER_SERVER__TLS_CERT_FILE": str(chain),
+        "GPULEDGER_SERVER__TLS_KEY_FILE": str(key),
+    }
+    server = subprocess.Popen(
+        [*gpuledger_cmd, "serve", "--port", str(port), *d],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"https://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                health = requests.get(f"{url}/healthz", verify=str(ca_file), timeout=5)
+                break
+            except requests.ConnectionError:
+                assert server.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        assert health.status_code == 200
+        with pytest.raises(requests.ConnectionError):  # plain HTTP on the HTTPS port
+            requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        with requests.Session() as s:
+            # verify= on each request: a session's own is overridden by REQUESTS_CA_BUNDLE
+            form = s.get(f"{url}/login", verify=str(ca_file), timeout=10).text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form)[1]  # type: ignore[index]
+            ok = s.post(
+                f"{url}/login",
+                data={"user": "ana", "password": PASSWORD, "csrf": csrf},
+                allow_redirects=False,
+                verify=str(ca_file),
+            )
+            assert ok.status_code == 302 and "Secure" in ok.headers["Set-Cookie"]
+        # an agent sends over HTTPS, trusting the test CA
+        token = make_token(gpuledger_cmd, cli_env, data, "c1")
+        sink = HttpSink(f"https://127.0.0.1:{port}", token=token, verify=str(ca_file))
+        sink.send(
+            Batch(gpus=[GpuInventory(dt.datetime.now(dt.UTC), "c1", "", "n", "g", 0, "H100")]),
+            "tls-1",
+        )
+        sink.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=60)

@@ -248,7 +248,8 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
             s.port,
         )
     else:
-        if not _loopback(s.host) and not len(tokens) and not len(users):
+        logins = bool(len(users)) or s.oidc() is not None
+        if not _loopback(s.host) and not len(tokens) and not logins:
             raise SettingsError(
                 f"server.host {s.host} answers beyond this machine and no user or ingest "
                 "token is set up: make them first (`gpuledger user add`, `gpuledger token "
@@ -260,7 +261,7 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
                 "`gpuledger token create --cluster NAME`",
                 settings.tokens_file,
             )
-        if not len(users):
+        if not logins:
             log.warning(
                 "no users in %s: the dashboard refuses everyone (401) until one is made "
                 "with `gpuledger user add NAME --role admin`",
@@ -285,6 +286,7 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
             wh,
             session_key(settings.session_key_file),
             secure_cookie=bool(s.tls_cert_file),
+            oidc=s.oidc(),
         )
     coalescer.start()
     signal.signal(signal.SIGTERM, _terminate)

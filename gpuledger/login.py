@@ -22,11 +22,14 @@ from urllib.parse import quote, urlsplit
 import flask
 
 from gpuledger.auditing import Refusals
+from gpuledger.oidc import OidcConfig, add_oidc
 from gpuledger.users import User, UserBook
 from warehouse.client import Warehouse, WarehouseError
 
 #: Paths that answer without a login.
-OPEN_PATHS = frozenset({"/healthz", "/metrics", "/api/v1/ingest", "/login"})
+OPEN_PATHS = frozenset(
+    {"/healthz", "/metrics", "/api/v1/ingest", "/login", "/login/oidc", "/login/oidc/callback"}
+)
 
 
 def session_key(path: Path) -> bytes:
@@ -51,10 +54,17 @@ def current_user() -> User | None:
 
 
 def protect(
-    server: flask.Flask, users: UserBook, wh: Warehouse, key: bytes, *, secure_cookie: bool
+    server: flask.Flask,
+    users: UserBook,
+    wh: Warehouse,
+    key: bytes,
+    *,
+    secure_cookie: bool,
+    oidc: OidcConfig | None = None,
 ) -> None:
     """Require a login for every route of ``server`` but :data:`OPEN_PATHS`; the session
-    cookie is sent over HTTPS only when ``secure_cookie`` (the server speaks TLS)."""
+    cookie is sent over HTTPS only when ``secure_cookie`` (the server speaks TLS). With
+    ``oidc``, people may also log in through that provider (see :mod:`gpuledger.oidc`)."""
     server.secret_key = key
     server.config.update(
         SESSION_COOKIE_NAME="gpuledger_session",
@@ -65,12 +75,34 @@ def protect(
     )
     failed = Refusals(wh, "login.failed")
 
+    def start_session(name: str, role: str, via: str) -> flask.typing.ResponseReturnValue:
+        target = _safe_next(str(flask.session.get("next", "/")))
+        flask.session.clear()
+        flask.session.permanent = True
+        flask.session["user"] = name
+        if via == "oidc":  # not in the users file: the provider vouched for name and role
+            flask.session["oidc_role"] = role
+        _audit(wh, name, "login", "ok", via)
+        return flask.redirect(target)
+
+    if oidc is not None:
+        add_oidc(
+            server,
+            oidc,
+            lambda name, role: start_session(name, role, "oidc"),
+            lambda name, why: failed.note(name, why),
+        )
+
     @server.before_request
     def require_login() -> flask.typing.ResponseReturnValue | None:
         if flask.request.path in OPEN_PATHS:
             return None
         name = flask.session.get("user")
-        user = users.get(name) if isinstance(name, str) else None
+        role = flask.session.get("oidc_role")
+        if isinstance(name, str) and isinstance(role, str):
+            user: User | None = User(name, role, argon2="")
+        else:
+            user = users.get(name) if isinstance(name, str) else None
         if user is None and (basic := flask.request.authorization) is not None:
             user = users.verify(basic.username or "", basic.password or "")
             if user is None:
@@ -92,20 +124,19 @@ def protect(
     @server.route("/login", methods=["GET", "POST"])
     def login() -> flask.typing.ResponseReturnValue:
         target = _safe_next(flask.request.values.get("next", "/"))
+        sso = oidc is not None
         if flask.request.method == "GET":
-            return _form(target, "")
+            flask.session["next"] = target  # where single sign-on comes back to
+            return _form(target, "", sso)
         if not _csrf_ok():
-            return _form(target, "The form expired: log in again."), 400
+            return _form(target, "The form expired: log in again.", sso), 400
         name = flask.request.form.get("user", "")
         user = users.verify(name, flask.request.form.get("password", ""))
         if user is None:
             failed.note(name, "wrong user name or password (form)")
-            return _form(target, "Wrong user name or password."), 401
-        flask.session.clear()
-        flask.session.permanent = True
-        flask.session["user"] = user.name
-        _audit(wh, user.name, "login", "ok")
-        return flask.redirect(target)
+            return _form(target, "Wrong user name or password.", sso), 401
+        flask.session["next"] = target
+        return start_session(user.name, user.role, "password")
 
     @server.post("/logout")
     def logout() -> flask.typing.ResponseReturnValue:
@@ -114,7 +145,7 @@ def protect(
         user = current_user()
         flask.session.clear()
         if user is not None:
-            _audit(wh, user.name, "logout", "ok")
+            _audit(wh, user.name, "logout", "ok", "")
         return flask.redirect("/login")
 
 
@@ -145,8 +176,10 @@ def _safe_next(target: str) -> str:
     return target
 
 
-def _form(target: str, message: str) -> str:
+def _form(target: str, message: str, sso: bool) -> str:
     note = f'<p class="error">{html.escape(message)}</p>' if message else ""
+    if sso:
+        note += '<p><a href="/login/oidc">Log in with single sign-on</a></p>'
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gpuledger: log in</title></head>
 <body><main style="max-width:22rem;margin:4rem auto;font-family:sans-serif">
@@ -161,6 +194,6 @@ required></label></p>
 </form></main></body></html>"""
 
 
-def _audit(wh: Warehouse, actor: str, action: str, outcome: str) -> None:
+def _audit(wh: Warehouse, actor: str, action: str, outcome: str, via: str) -> None:
     with contextlib.suppress(WarehouseError):  # best effort: the login stands without it
-        wh.audit(actor, action, flask.request.remote_addr or "", "", outcome=outcome)
+        wh.audit(actor, action, flask.request.remote_addr or "", via, outcome=outcome)

@@ -17,10 +17,13 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from gpuledger_errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpuledger.oidc import OidcConfig
 
 ENV_PREFIX = "GPULEDGER_"
 
@@ -168,6 +171,16 @@ class ServerSettings:
     #: HTTPS: a PEM certificate (chain) and its key; both empty: plain HTTP.
     tls_cert_file: str = ""
     tls_key_file: str = ""
+    #: Single sign-on: the OpenID Connect issuer URL (empty: off), this client's id and secret
+    #: (better: GPULEDGER_SERVER__OIDC_CLIENT_SECRET), the ID token claims that name the person
+    #: and list their groups, and the groups' roles, e.g.
+    #: "gpu-admins=admin;finance=manager;ml-vision=tenant:ml/vision".
+    oidc_issuer: str = ""
+    oidc_client_id: str = ""
+    oidc_client_secret: str = ""
+    oidc_name_claim: str = "preferred_username"
+    oidc_groups_claim: str = "groups"
+    oidc_roles: str = ""
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
@@ -183,6 +196,34 @@ class ServerSettings:
             path = getattr(self, name)
             if path and not Path(path).expanduser().is_file():
                 raise SettingsError(f"server.{name} {path!r} is not a file")
+        if self.oidc_issuer:
+            if urlsplit(self.oidc_issuer).scheme not in ("http", "https"):
+                raise SettingsError(f"server.oidc_issuer {self.oidc_issuer!r} is not a URL")
+            if not self.oidc_client_id or not self.oidc_roles:
+                raise SettingsError(
+                    "server.oidc_issuer needs server.oidc_client_id and server.oidc_roles "
+                    "(which groups get which role)"
+                )
+            self.oidc()  # the roles must parse
+
+    def oidc(self) -> OidcConfig | None:
+        """The single sign-on settings, or None when it is off."""
+        if not self.oidc_issuer:
+            return None
+        from gpuledger.oidc import OidcConfig, OidcSettingsError, parse_roles
+
+        try:
+            roles = parse_roles(self.oidc_roles)
+        except OidcSettingsError as exc:
+            raise SettingsError(str(exc)) from None
+        return OidcConfig(
+            self.oidc_issuer,
+            self.oidc_client_id,
+            self.oidc_client_secret,
+            roles,
+            self.oidc_groups_claim,
+            self.oidc_name_claim,
+        )
         if self.spool_max_bytes < 1 << 20:
             raise SettingsError("server.spool_max_bytes must be at least 1 MiB (1048576)")
         if self.coalesce_max_rows < 1:

@@ -34,24 +34,36 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     from warehouse.client import WarehouseError
 
     wh = open_warehouse(settings, must_exist=True)
-    if args.write:
-        # the console's writes are on record, whatever they do
-        wh.audit(_who(), "sql.write", wh.database, args.query)
-        console = wh
-    else:
-        console = wh.read_only()
+    console = wh if args.write else wh.read_only()
     console.name_tables_unqualified()
     try:
         columns, rows = console.table(args.query)
     except WarehouseError as exc:
+        if args.write:
+            _audit_write(wh, f"{args.query}\n-- {exc}", "failed")
         if exc.name == "READONLY" or exc.code == _READONLY:
             raise InputError(
                 "the SQL console is read-only and this statement would change data or "
                 "schema, or reach files or URLs; run it with --write if you mean it (audited)"
             ) from exc
         raise
+    if args.write:
+        _audit_write(wh, args.query, "ok")
     sys.stdout.write(format_rows(columns, rows, args.format))
     return 0
+
+
+def _audit_write(wh: Any, detail: str, outcome: str) -> None:
+    """The console's writes are on record, whatever they did; a statement that dropped the
+    audit log itself leaves a warning instead (and the next command reports the drop)."""
+    from warehouse.client import WarehouseError
+
+    try:
+        wh.audit(_who(), "sql.write", wh.database, detail, outcome=outcome)
+    except WarehouseError as exc:
+        print(
+            f"gpuledger: warning: the audit log could not record this write: {exc}", file=sys.stderr
+        )
 
 
 #: The engine's error code for a statement refused under ``readonly``.

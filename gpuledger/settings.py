@@ -205,25 +205,6 @@ class ServerSettings:
                     "(which groups get which role)"
                 )
             self.oidc()  # the roles must parse
-
-    def oidc(self) -> OidcConfig | None:
-        """The single sign-on settings, or None when it is off."""
-        if not self.oidc_issuer:
-            return None
-        from gpuledger.oidc import OidcConfig, OidcSettingsError, parse_roles
-
-        try:
-            roles = parse_roles(self.oidc_roles)
-        except OidcSettingsError as exc:
-            raise SettingsError(str(exc)) from None
-        return OidcConfig(
-            self.oidc_issuer,
-            self.oidc_client_id,
-            self.oidc_client_secret,
-            roles,
-            self.oidc_groups_claim,
-            self.oidc_name_claim,
-        )
         if self.spool_max_bytes < 1 << 20:
             raise SettingsError("server.spool_max_bytes must be at least 1 MiB (1048576)")
         if self.coalesce_max_rows < 1:
@@ -247,6 +228,25 @@ class ServerSettings:
                 f"server.collectors names unknown sources {sorted(unknown)}: "
                 "use nvml, dcgm, kubernetes, slurm"
             )
+
+    def oidc(self) -> OidcConfig | None:
+        """The single sign-on settings, or None when it is off."""
+        if not self.oidc_issuer:
+            return None
+        from gpuledger.oidc import OidcConfig, OidcSettingsError, parse_roles
+
+        try:
+            roles = parse_roles(self.oidc_roles)
+        except OidcSettingsError as exc:
+            raise SettingsError(str(exc)) from None
+        return OidcConfig(
+            self.oidc_issuer,
+            self.oidc_client_id,
+            self.oidc_client_secret,
+            roles,
+            self.oidc_groups_claim,
+            self.oidc_name_claim,
+        )
 
     @property
     def sources(self) -> list[str]:

@@ -5,6 +5,7 @@ groups to roles; a person with no mapped group is refused and audited."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import subprocess
 import threading
@@ -22,6 +23,7 @@ from joserfc.jwk import RSAKey
 from werkzeug.serving import make_server
 
 from gpuledger.oidc import OidcSettingsError, parse_roles, role_for
+from gpuledger.settings import SettingsError, load_settings
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +40,23 @@ def test_groups_map_to_the_widest_role() -> None:
         parse_roles("gpu-admins")
     with pytest.raises(OidcSettingsError, match="is not a role"):
         parse_roles("x=owner")
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"OIDC_ISSUER": "https://idp.example"}, "needs server.oidc_client_id"),
+        ({"OIDC_ISSUER": "idp.example", "OIDC_CLIENT_ID": "c", "OIDC_ROLES": ROLES}, "not a URL"),
+        (
+            {"OIDC_ISSUER": "https://idp.example", "OIDC_CLIENT_ID": "c", "OIDC_ROLES": "a=root"},
+            "'a=root': --role 'root' is not a role",
+        ),
+    ],
+)
+def test_oidc_settings_are_checked(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(SettingsError, match=re.escape(needle)):
+        load_settings(env={f"GPULEDGER_SERVER__{k}": v for k, v in env.items()})
+    assert load_settings(env={}).server.oidc() is None
 
 
 class Provider:

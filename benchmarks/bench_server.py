@@ -6,7 +6,9 @@ the moment the server has written the last batch (its ``/metrics``). Twice:
 
 - ``before``: ``server.coalesce_max_rows = 1``, so every agent batch is written with its own
   inserts (what the server did before coalescing, plus the spool's fsync);
-- ``after``: the default coalescing (groups of up to 50,000 rows or 1 s).
+- ``after``: the default coalescing (groups of up to 50,000 rows or 1 s);
+- ``open``: the same, by a server started ``--insecure`` (no ingest tokens checked), so that
+  ``after`` against ``open`` is what tokens and their checks cost.
 
 ``run()`` prints and returns, per mode: ``batches_per_s``, ``samples_per_s``, the ack
 latency median and p99 in ms, and the mean group size. A fleet of 1,000 agents every 10 s
@@ -35,6 +37,7 @@ import requests
 
 from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample
 from collector.spool import dump_batch
+from gpuledger.tokens import TokenStore
 
 ROOT = Path(__file__).resolve().parents[1]
 GPUS = 8
@@ -75,11 +78,13 @@ def _metric(text: str, name: str) -> float:
     return 0.0
 
 
-def _serve(data: Path, port: int, max_rows: int) -> subprocess.Popen[bytes]:
+def _serve(data: Path, port: int, max_rows: int, tokens: bool) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
     env["PYTHONPATH"] = str(ROOT)
     env["GPULEDGER_SERVER__COALESCE_MAX_ROWS"] = str(max_rows)
     cmd = [sys.executable, "-m", "gpuledger.cli", "serve", "--port", str(port)]
+    if not tokens:
+        cmd.append("--insecure")
     proc = subprocess.Popen(
         [*cmd, "--data-dir", str(data)],
         env=env,
@@ -98,13 +103,19 @@ def _serve(data: Path, port: int, max_rows: int) -> subprocess.Popen[bytes]:
     raise RuntimeError("the server did not start")
 
 
-def measure(max_rows: int, work: list[list[tuple[str, bytes]]]) -> dict[str, float]:
+def measure(
+    max_rows: int, work: list[list[tuple[str, bytes]]], tokens: bool = True
+) -> dict[str, float]:
     """Send every client's batches concurrently; time until the server wrote the last one."""
     total = sum(len(w) for w in work)
     latencies: list[float] = []
     with tempfile.TemporaryDirectory(prefix="gpuledger-bench-server-") as tmp:
+        headers = {}
+        if tokens:
+            token, _ = TokenStore(Path(tmp) / "ingest-tokens.json").create("bench")
+            headers["Authorization"] = f"Bearer {token}"
         port = _port()
-        server = _serve(Path(tmp), port, max_rows)
+        server = _serve(Path(tmp), port, max_rows, tokens)
         base = f"http://127.0.0.1:{port}"
 
         def client(batches: list[tuple[str, bytes]]) -> None:
@@ -115,7 +126,7 @@ def measure(max_rows: int, work: list[list[tuple[str, bytes]]]) -> dict[str, flo
                         reply = session.post(
                             f"{base}/api/v1/ingest",
                             data=body,
-                            headers={"X-Batch-Id": batch_id},
+                            headers={**headers, "X-Batch-Id": batch_id},
                             timeout=60,
                         )
                         if reply.status_code < 300:
@@ -159,11 +170,16 @@ def measure(max_rows: int, work: list[list[tuple[str, bytes]]]) -> dict[str, flo
 def run(batches: int = 1000, clients: int = 8) -> dict[str, object]:
     work = bodies(batches, clients)
     results: dict[str, object] = {"clients": clients, "gpus_per_batch": GPUS}
-    for mode, max_rows in (("before", 1), ("after", 50_000)):
-        r = measure(max_rows, work)
+    for mode, max_rows, tokens in (
+        ("before", 1, True),
+        ("after", 50_000, True),
+        ("open", 50_000, False),
+    ):
+        r = measure(max_rows, work, tokens)
         results[mode] = r
+        how = "one insert per batch" if max_rows == 1 else "coalesced"
         print(
-            f"server ingest {mode:<6} ({'one insert per batch' if max_rows == 1 else 'coalesced'}"
+            f"server ingest {mode:<6} ({how}, {'tokens' if tokens else 'no tokens'}"
             f", {clients} clients, {batches} batches of {GPUS} samples): "
             f"{r['batches_per_s']:>7,} batches/s, {r['samples_per_s']:>7,} samples/s "
             f"(acks {r['acked_per_s']:,}/s, median {r['ack_ms_median']} ms, "

@@ -1,32 +1,24 @@
-"""The warehouse-side commands: demo, serve, sql, db, import, ledger, why."""
+"""The commands that run and end: sql, audit, token, user, db, import, ledger, seal, why,
+queues, fragmentation (`serve` and `demo` are in :mod:`gpuledger.serve_commands`)."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import getpass
-import ipaddress
 import json
-import logging
 import os
-import signal
 import sys
-import threading
-import time
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuledger.collect_commands import start_embedded_collectors
 from gpuledger.output import format_duration, format_rows
-from gpuledger.settings import Settings, SettingsError
+from gpuledger.settings import Settings
 from gpuledger_errors import InputError
 
 if TYPE_CHECKING:
     from warehouse.ledger import IdleRule, Ledger
-
-log = logging.getLogger(__name__)
 
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
@@ -197,197 +189,6 @@ def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
-    from gpuledger.app import open_warehouse
-    from gpuledger.demo import DemoRun, start_live
-
-    wh = open_warehouse(settings)
-    started = time.monotonic()
-    run = DemoRun.start(wh, settings, progress=lambda m: print(m, file=sys.stderr, flush=True))
-    took = time.monotonic() - started
-    written = run.result.written
-    print(
-        f"wrote {sum(written.values()):,} rows in {took:.1f} s into "
-        f"{settings.warehouse.resolved_dsn} (database {settings.warehouse.database}):"
-    )
-    for table, count in sorted(written.items()):
-        print(f"  {table:<20} {count:>12,}")
-    if run.result.quarantined:
-        print(f"  quarantined          {run.result.quarantined_total:>12,}")
-        for reason, count in run.result.quarantined.most_common(5):
-            print(f"    {count:,} × {reason}")
-    if args.no_serve:
-        return 0
-    if not args.insecure:
-        _demo_admin(settings)
-    scheduler = start_live(run, settings.simulator.interval_s)
-    try:
-        return _serve(wh, settings, insecure=args.insecure)
-    finally:
-        scheduler.shutdown(wait=True)
-        wh.close()
-
-
-def _demo_admin(settings: Settings) -> None:
-    """The demo's first run makes an admin, so the dashboard can be opened at once."""
-    from gpuledger.users import UserStore, new_password
-
-    store = UserStore(settings.users_file)
-    if store.users():
-        return
-    password = new_password()
-    store.add("admin", "admin", password, by="gpuledger demo")
-    print(f"dashboard login: admin / {password}  (shown this once; `gpuledger user` manages users)")
-
-
-def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
-    """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
-    from dashboards.app import create_app
-    from gpuledger.login import protect, session_key
-    from gpuledger.server import register
-    from gpuledger.tokens import TokenBook, TokenStore
-    from gpuledger.users import UserBook, UserStore
-    from warehouse.ingest.coalesce import Coalescer
-
-    s = settings.server
-    tokens = None if insecure else TokenBook(TokenStore(settings.tokens_file))
-    users = None if insecure else UserBook(UserStore(settings.users_file))
-    if tokens is None or users is None:
-        log.warning(
-            "--insecure: anyone who reaches %s:%s reads every tenant's figures and writes "
-            "batches for any cluster",
-            s.host,
-            s.port,
-        )
-    else:
-        logins = bool(len(users)) or s.oidc() is not None
-        if not _loopback(s.host) and not len(tokens) and not logins:
-            raise SettingsError(
-                f"server.host {s.host} answers beyond this machine and no user or ingest "
-                "token is set up: make them first (`gpuledger user add`, `gpuledger token "
-                "create`), or pass --insecure for a test bed"
-            )
-        if not len(tokens):
-            log.warning(
-                "no ingest tokens in %s: agents are refused (401) until one is made with "
-                "`gpuledger token create --cluster NAME`",
-                settings.tokens_file,
-            )
-        if not logins:
-            log.warning(
-                "no users in %s: the dashboard refuses everyone (401) until one is made "
-                "with `gpuledger user add NAME --role admin`",
-                settings.users_file,
-            )
-    spool_dir = settings.server_spool_dir
-    coalescer = Coalescer(  # a CoalesceError (a ConfigError) names server.spool_dir
-        wh,
-        settings.warehouse.raw_retention_days,
-        spool_dir,
-        max_rows=s.coalesce_max_rows,
-        max_ms=s.coalesce_max_ms,
-        max_bytes=s.spool_max_bytes,
-        dedup_window_s=s.dedup_window_s,
-    )
-    app = create_app(wh, idle=_idle_rule(settings), currency=settings.ledger.currency)
-    register(app.server, wh, coalescer, tokens)
-    if users is not None:
-        protect(
-            app.server,
-            users,
-            wh,
-            session_key(settings.session_key_file),
-            secure_cookie=bool(s.tls_cert_file),
-            oidc=s.oidc(),
-        )
-    coalescer.start()
-    signal.signal(signal.SIGTERM, _terminate)
-    # cheroot: a production WSGI server with threads, never forking (the embedded engine
-    # must not be forked once opened), and TLS of its own
-    from cheroot import wsgi
-    from cheroot.ssl.builtin import BuiltinSSLAdapter
-
-    server = wsgi.Server((s.host, s.port), app.server, numthreads=s.threads, shutdown_timeout=5)
-    tls = bool(s.tls_cert_file)
-    if tls:
-        try:
-            server.ssl_adapter = BuiltinSSLAdapter(s.tls_cert_file, s.tls_key_file)
-        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-            raise SettingsError(
-                f"server.tls_cert_file/tls_key_file cannot be used: {exc}; give a PEM "
-                "certificate (chain) and its key"
-            ) from None
-    elif not _loopback(s.host):
-        log.warning(
-            "server.host %s answers beyond this machine over plain HTTP: set "
-            "server.tls_cert_file and server.tls_key_file, or put a TLS proxy in front",
-            s.host,
-        )
-    url = f"{'https' if tls else 'http'}://{s.host}:{s.port}"
-    print(
-        f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
-        f"{settings.warehouse.resolved_dsn}; agents' batches wait in {spool_dir})",
-        flush=True,
-    )
-    try:
-        with contextlib.suppress(SystemExit, KeyboardInterrupt):
-            server.start()
-    finally:
-        server.stop()
-        coalescer.stop(timeout_s=30)
-    return 0
-
-
-def _loopback(host: str) -> bool:
-    """Whether ``host`` answers this machine only."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
-def _terminate(_signum: int, _frame: object) -> None:
-    raise SystemExit(0)
-
-
-def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    from gpuledger.app import open_warehouse
-    from warehouse.ingest.writer import Ingestor
-
-    wh = open_warehouse(settings)
-    ingestor = Ingestor(wh, settings.warehouse.raw_retention_days)
-    stop = threading.Event()
-    from collector.kubernetes.collector import KubernetesError
-    from collector.nvml import NvmlError
-    from collector.slurm.collector import SlurmError
-
-    try:
-        threads = start_embedded_collectors(settings, ingestor, stop, args)
-    except (NvmlError, KubernetesError, SlurmError) as exc:
-        wh.close()
-        raise SettingsError(f"server.collectors: {exc}") from exc
-    if settings.ledger.seal_interval_s:
-        from warehouse.ledger import start_sealer
-
-        threads.append(
-            start_sealer(
-                wh,
-                stop,
-                interval_s=settings.ledger.seal_interval_s,
-                idle=_idle_rule(settings),
-                clock=_now,
-                warehouse_cluster=settings.warehouse.cluster,
-            )
-        )
-    try:
-        return _serve(wh, settings, insecure=args.insecure)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=30)
-        wh.close()
-
-
 def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     from collector.traces import alibaba as traces
     from gpuledger.app import open_warehouse
@@ -430,12 +231,12 @@ def _day(text: str, flag: str) -> dt.datetime:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
 
-def _now() -> dt.datetime:
+def utc_now() -> dt.datetime:
     """The one place the commands read the clock; everything below takes ``now``."""
     return dt.datetime.now(dt.UTC)
 
 
-def _idle_rule(settings: Settings) -> IdleRule:
+def idle_rule(settings: Settings) -> IdleRule:
     from warehouse.ledger import IdleRule
 
     return IdleRule(settings.ledger.idle_threshold_ratio, settings.ledger.idle_min_duration_s)
@@ -451,10 +252,10 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
     ledger = compute_ledger(
         wh,
         Window.days(first, last),
-        now=_now(),
+        now=utc_now(),
         group_by=args.by,
         idle_policy=args.idle_policy or settings.ledger.idle_policy,
-        idle=_idle_rule(settings),
+        idle=idle_rule(settings),
         prices=load_price_book(wh, settings.ledger.currency),
         cluster=_cluster(wh, args.cluster, one=False),
         source=args.source,
@@ -549,8 +350,8 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
     wh = open_warehouse(settings, must_exist=True)
     report = seal_days(
         wh,
-        idle=_idle_rule(settings),
-        now=_now(),
+        idle=idle_rule(settings),
+        now=utc_now(),
         since=since,
         until=until,
         warehouse_cluster=settings.warehouse.cluster,
@@ -668,7 +469,7 @@ def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
     report = fragmentation_at(
         wh,
         _cluster(wh, args.cluster),
-        _at(args.at, _now()),
+        _at(args.at, utc_now()),
         window=dt.timedelta(days=args.window_days),
         scope=args.scope,
     )
@@ -681,7 +482,7 @@ def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
 
     wh = open_warehouse(settings, must_exist=True)
     ledger = settings.ledger
-    now = _now()
+    now = utc_now()
     if args.what == "cost":
         from warehouse.ledger import load_price_book, why_cost
 
@@ -691,7 +492,7 @@ def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
             now=now,
             tenant=args.tenant,
             cluster=_cluster(wh, args.cluster, one=False),
-            idle=_idle_rule(settings),
+            idle=idle_rule(settings),
             prices=load_price_book(wh, ledger.currency),
         )
         print(json.dumps(result.to_json(), indent=1) if args.format == "json" else result.to_text())

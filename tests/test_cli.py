@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuledger.cli import _parse, format_rows
+from gpuledger.cli import format_rows
 from gpuledger.output import format_duration
+from gpuledger.parser import parse
 
 pytestmark = pytest.mark.integration
 
@@ -310,10 +311,10 @@ def test_table_format_aligns_and_counts() -> None:
     ],
 )
 def test_common_options_go_before_or_after_the_command(argv: list[str]) -> None:
-    args = _parse(argv)
+    args = parse(argv)
     assert (args.data_dir, args.verbose, args.dsn, args.config) == ("D", True, None, None)
-    assert _parse(["quarantine", "list"]).data_dir is None
-    assert _parse(["--dsn", "chdb:///x", "quarantine", "list"]).dsn == "chdb:///x"
+    assert parse(["quarantine", "list"]).data_dir is None
+    assert parse(["--dsn", "chdb:///x", "quarantine", "list"]).dsn == "chdb:///x"
 
 
 @pytest.mark.parametrize(

@@ -62,3 +62,10 @@ def open_warehouse(
             with contextlib.suppress(OSError):  # a read-only directory only loses this check
                 made.write_text(w.database + "\n")
     return wh
+
+
+def reading_warehouse(settings: Settings, wh: Warehouse | None) -> Warehouse:
+    """The warehouse a read command answers from: ``wh`` when it was handed one (the serving
+    process's own, for a command sent to it; see :mod:`gpuledger.forward`), else the
+    configured one, which must exist."""
+    return wh if wh is not None else open_warehouse(settings, must_exist=True)

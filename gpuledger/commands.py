@@ -11,21 +11,29 @@ import os
 import sys
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuledger.output import format_duration, format_rows
 from gpuledger.settings import Settings
 from gpuledger_errors import InputError
 
 if TYPE_CHECKING:
+    from warehouse.client import Warehouse
     from warehouse.ledger import IdleRule, Ledger
 
 
-def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
-    from gpuledger.app import open_warehouse
+def cmd_sql(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    wh: Warehouse | None = None,
+    out: TextIO | None = None,
+) -> int:
+    from gpuledger.app import reading_warehouse
     from warehouse.client import WarehouseError
 
-    wh = open_warehouse(settings, must_exist=True)
+    wh = reading_warehouse(settings, wh)
+    out = sys.stdout if out is None else out
     console = wh if args.write else wh.read_only()
     console.name_tables_unqualified()
     try:
@@ -39,9 +47,12 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
                 "schema, or reach files or URLs; run it with --write if you mean it (audited)"
             ) from exc
         raise
+    finally:
+        if console is not wh:  # a client of its own: a serving process answers many
+            console.close()
     if args.write:
         _audit_write(wh, args.query, "ok")
-    sys.stdout.write(format_rows(columns, rows, args.format))
+    out.write(format_rows(columns, rows, args.format))
     return 0
 
 
@@ -70,9 +81,15 @@ def _who() -> str:
         return f"uid {os.getuid()}"
 
 
-def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
+def cmd_audit(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    wh: Warehouse | None = None,
+    out: TextIO | None = None,
+) -> int:
     """The audit log, newest first."""
-    from gpuledger.app import open_warehouse
+    from gpuledger.app import reading_warehouse
     from warehouse.audit import audit_entries
 
     if args.limit < 1:
@@ -87,11 +104,12 @@ def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
                 "2026-11-30T12:00"
             ) from None
         since = since if since.tzinfo else since.replace(tzinfo=dt.UTC)
-    wh = open_warehouse(settings, must_exist=True)
+    wh = reading_warehouse(settings, wh)
+    out = sys.stdout if out is None else out
     entries = audit_entries(wh, since=since, who=args.who, action=args.action, limit=args.limit)
     columns = ["ts", "actor", "action", "object", "outcome", "detail"]
     rows = [[getattr(e, c) for c in columns] for e in entries]
-    sys.stdout.write(format_rows(columns, rows, args.format))
+    out.write(format_rows(columns, rows, args.format))
     return 0
 
 
@@ -148,17 +166,24 @@ def cmd_user(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
+def cmd_db(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    wh: Warehouse | None = None,
+    out: TextIO | None = None,
+) -> int:
     from gpuledger.app import open_warehouse, render_options
     from warehouse.migrate import migrate, status
 
-    wh = open_warehouse(settings, apply_migrations=False)
+    wh = open_warehouse(settings, apply_migrations=False) if wh is None else wh
+    out = sys.stdout if out is None else out
     opts = render_options(settings)
     if args.action == "migrate":
         applied = migrate(wh, opts, repair=True)
         for m in applied:
-            print(f"applied {m.version:04d}_{m.name}")
-        print(f"{len(applied)} migration(s) applied; schema is up to date")
+            print(f"applied {m.version:04d}_{m.name}", file=out)
+        print(f"{len(applied)} migration(s) applied; schema is up to date", file=out)
         return 0
     rows = [
         (
@@ -179,12 +204,13 @@ def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
         )
         for s in status(wh, opts)
     ]
-    sys.stdout.write(format_rows(["version", "name", "state", "note"], rows, "table"))
+    out.write(format_rows(["version", "name", "state", "note"], rows, "table"))
     made = Path(settings.warehouse.data_dir).expanduser() / ".gpuledger-database"
     if not settings.warehouse.dsn and made.is_file() and not any(r[2] != "pending" for r in rows):
         print(
             f"the database {settings.warehouse.database} was made here before and is gone "
-            "(dropped by hand?): `gpuledger db migrate` creates it again, empty"
+            "(dropped by hand?): `gpuledger db migrate` creates it again, empty",
+            file=out,
         )
     return 0
 
@@ -242,13 +268,20 @@ def idle_rule(settings: Settings) -> IdleRule:
     return IdleRule(settings.ledger.idle_threshold_ratio, settings.ledger.idle_min_duration_s)
 
 
-def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
-    from gpuledger.app import open_warehouse
+def cmd_ledger(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    wh: Warehouse | None = None,
+    out: TextIO | None = None,
+) -> int:
+    from gpuledger.app import reading_warehouse
     from warehouse.ledger import Window, compute_ledger, load_price_book
 
     first = _day(args.date_from, "--from").date()
     last = _day(args.date_to, "--to").date()
-    wh = open_warehouse(settings, must_exist=True)
+    wh = reading_warehouse(settings, wh)
+    out = sys.stdout if out is None else out
     ledger = compute_ledger(
         wh,
         Window.days(first, last),
@@ -263,9 +296,9 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
         energy=args.energy,
     )
     if args.format == "json":
-        print(json.dumps(ledger.to_json(), indent=1))
+        print(json.dumps(ledger.to_json(), indent=1), file=out)
         return 0
-    sys.stdout.write(render_ledger(ledger, args.format))
+    out.write(render_ledger(ledger, args.format))
     return 0
 
 
@@ -422,16 +455,23 @@ def _cluster(wh: Any, given: str, *, one: bool = True) -> str:
     )
 
 
-def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
+def cmd_queues(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    wh: Warehouse | None = None,
+    out: TextIO | None = None,
+) -> int:
     """Wait-time percentiles, failure and preemption rates with reasons, lost GPU-hours."""
-    from gpuledger.app import open_warehouse
+    from gpuledger.app import reading_warehouse
     from warehouse.analytics import queues
     from warehouse.ledger import Window
 
     # the window as the ledger's: --to is the last day, included, and an error names it
     window = Window.days(_day(args.date_from, "--from").date(), _day(args.date_to, "--to").date())
     start, end = window.start, window.end
-    wh = open_warehouse(settings, must_exist=True)
+    wh = reading_warehouse(settings, wh)
+    out = sys.stdout if out is None else out
     by = (args.by,)
     cluster = _cluster(wh, args.cluster)
     waits = queues.wait_times(wh, cluster, start, end, by=by)
@@ -443,10 +483,11 @@ def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
         "lost_gpu_hours": lost,
     }
     if args.format == "json":
-        print(json.dumps({k: f.to_dicts() for k, f in frames.items()}, indent=1, default=str))
+        doc = {k: f.to_dicts() for k, f in frames.items()}
+        print(json.dumps(doc, indent=1, default=str), file=out)
         return 0
     for title, frame in frames.items():
-        print(f"{title}:")
+        print(f"{title}:", file=out)
         # durations (columns in seconds, `_s`) as a person reads them; JSON keeps seconds
         header = [c.removesuffix("_s") for c in frame.columns]
         seconds = [c.endswith("_s") for c in frame.columns]
@@ -457,15 +498,22 @@ def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
             ]
             for r in frame.rows()
         ]
-        sys.stdout.write(format_rows(header, rows, "table"))
+        out.write(format_rows(header, rows, "table"))
     return 0
 
 
-def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
-    from gpuledger.app import open_warehouse
+def cmd_fragmentation(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    wh: Warehouse | None = None,
+    out: TextIO | None = None,
+) -> int:
+    from gpuledger.app import reading_warehouse
     from warehouse.analytics.fragmentation import fragmentation_at
 
-    wh = open_warehouse(settings, must_exist=True)
+    wh = reading_warehouse(settings, wh)
+    out = sys.stdout if out is None else out
     report = fragmentation_at(
         wh,
         _cluster(wh, args.cluster),
@@ -473,14 +521,21 @@ def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
         window=dt.timedelta(days=args.window_days),
         scope=args.scope,
     )
-    print(report.to_json() if args.format == "json" else report.to_text())
+    print(report.to_json() if args.format == "json" else report.to_text(), file=out)
     return 0
 
 
-def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
-    from gpuledger.app import open_warehouse
+def cmd_why(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    wh: Warehouse | None = None,
+    out: TextIO | None = None,
+) -> int:
+    from gpuledger.app import reading_warehouse
 
-    wh = open_warehouse(settings, must_exist=True)
+    wh = reading_warehouse(settings, wh)
+    out = sys.stdout if out is None else out
     ledger = settings.ledger
     now = utc_now()
     if args.what == "cost":
@@ -495,7 +550,8 @@ def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
             idle=idle_rule(settings),
             prices=load_price_book(wh, ledger.currency),
         )
-        print(json.dumps(result.to_json(), indent=1) if args.format == "json" else result.to_text())
+        text = json.dumps(result.to_json(), indent=1) if args.format == "json" else result.to_text()
+        print(text, file=out)
         return 0
     from warehouse.analytics import explain
 
@@ -516,5 +572,5 @@ def cmd_why(settings: Settings, args: argparse.Namespace) -> int:
         answer = explain.why_tenant(
             wh, cluster, args.id, at, idle_threshold_ratio=ledger.idle_threshold_ratio
         )
-    print(answer.to_json() if args.format == "json" else answer.to_text())
+    print(answer.to_json() if args.format == "json" else answer.to_text(), file=out)
     return 0

@@ -15,11 +15,14 @@ import argparse
 import datetime as dt
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuledger.output import format_rows
 from gpuledger.settings import Settings
 from gpuledger_errors import InputError
+
+if TYPE_CHECKING:
+    from warehouse.client import Warehouse
 
 _REASON_CHARS = 60  # of a reason in the examples table; the counts table shows it whole
 
@@ -55,7 +58,15 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
 
 
-def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
+def cmd_quarantine(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    wh: Warehouse | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """``list`` answers from ``wh`` when handed one and writes to ``out`` (default: stdout);
+    ``replay`` opens the configured warehouse and prints."""
     from warehouse.ingest.quarantine import Filters
     from warehouse.ingest.writer import QUARANTINE_KINDS
 
@@ -66,7 +77,7 @@ def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
         )
     filters = Filters(kind=args.kind, reason=args.reason, since=_since(args.since))
     if args.action == "list":
-        return _list(settings, filters, args)
+        return _list(settings, filters, args, wh, sys.stdout if out is None else out)
     return _replay(settings, filters, args.dry_run)
 
 
@@ -82,36 +93,43 @@ def _since(text: str | None) -> dt.datetime | None:
     return since if since.tzinfo else since.replace(tzinfo=dt.UTC)
 
 
-def _list(settings: Settings, filters: Any, args: argparse.Namespace) -> int:
-    from gpuledger.app import open_warehouse
+def _list(
+    settings: Settings,
+    filters: Any,
+    args: argparse.Namespace,
+    wh: Warehouse | None,
+    out: TextIO,
+) -> int:
+    from gpuledger.app import reading_warehouse
     from warehouse.ingest.quarantine import summary
 
     if args.examples < 0:
         raise InputError(f"--examples {args.examples} must be 0 or more")
-    wh = open_warehouse(settings, must_exist=True)
+    wh = reading_warehouse(settings, wh)
     counts, newest = summary(wh, filters, examples=args.examples)
     if args.format == "json":
         doc = {"filters": filters.describe(), "counts": counts.to_dicts()}
         doc["examples"] = newest.to_dicts()
-        print(json.dumps(doc, indent=1, default=str))
+        print(json.dumps(doc, indent=1, default=str), file=out)
         return 0
     if args.format == "csv":  # one table: the counts
-        sys.stdout.write(format_rows(counts.columns, counts.rows(), "csv"))
+        out.write(format_rows(counts.columns, counts.rows(), "csv"))
         return 0
-    print(f"quarantined rows ({filters.describe()}), by kind and reason:")
-    sys.stdout.write(format_rows(counts.columns, counts.rows(), "table"))
+    print(f"quarantined rows ({filters.describe()}), by kind and reason:", file=out)
+    out.write(format_rows(counts.columns, counts.rows(), "table"))
     if args.examples and newest.height:
-        print("\nthe newest still quarantined:")
+        print("\nthe newest still quarantined:", file=out)
         columns = ["received_at", "kind", "batch_id", "field", "value", "reason"]
         rows = [
             [*r[:4], _cut(str(r[4]), 40), _cut(str(r[5]), _REASON_CHARS)]
             for r in newest.select(columns).rows()
         ]
-        sys.stdout.write(format_rows(columns, rows, "table"))
+        out.write(format_rows(columns, rows, "table"))
     if counts.height and "unknown_gpu" in " ".join(counts["reason"].to_list()):
         print(
             "\nrows of GPUs with no inventory: once the source has sent it, "
-            "`gpuledger quarantine replay --reason unknown_gpu` writes them"
+            "`gpuledger quarantine replay --reason unknown_gpu` writes them",
+            file=out,
         )
     return 0
 

@@ -37,7 +37,23 @@ class WarehouseError(GpuledgerError):
         self.name = name
 
 
-def _chdb_path(dsn: str) -> Path | None:
+class DataDirInUse(WarehouseError):
+    """Another process owns the embedded data directory ``path`` (``pid``: its PID, or
+    "unknown"); the engine lets one process own a data directory."""
+
+    def __init__(self, path: Path, pid: str = "unknown"):
+        super().__init__(
+            f"data directory {path} is in use by another process (PID {pid}): stop that "
+            "gpuledger process, or use another --data-dir. The embedded engine lets one process "
+            "own a data directory; a ClickHouse server DSN lets many share a warehouse"
+        )
+        self.path = path
+        self.pid = pid
+
+
+def embedded_path(dsn: str) -> Path | None:
+    """The data directory of an embedded DSN (``chdb:///abs/path``); None for a server or
+    an in-memory engine."""
     parts = urlsplit(dsn)
     if parts.scheme != "chdb":
         return None
@@ -49,7 +65,7 @@ def _chdb_path(dsn: str) -> Path | None:
     return Path(location)
 
 
-def _lock_holder(data_dir: Path) -> str | None:
+def lock_holder(data_dir: Path) -> str | None:
     """Say who holds ``data_dir``'s engine lock, or None when nobody does.
 
     The engine holds an exclusive ``flock`` on ``<data_dir>/status`` while it runs; the file
@@ -279,7 +295,7 @@ def connect(
             "or http(s)://user:pass@host:8123/database (server)"
         )
     kwargs: dict[str, Any] = {"dsn": dsn, "tz_mode": "aware"}
-    path = _chdb_path(dsn)
+    path = embedded_path(dsn)
     if scheme == "chdb":
         if path is not None:
             if not path.is_absolute():
@@ -287,14 +303,9 @@ def connect(
                     f"embedded data directory {str(path)!r} in DSN {dsn!r} must be an absolute "
                     "path: use chdb:///absolute/path (three slashes)"
                 )
-            holder = _lock_holder(path)
+            holder = lock_holder(path)
             if holder is not None:
-                raise WarehouseError(
-                    f"data directory {path} is in use by another process (PID {holder}): "
-                    "stop that gpuledger process, or use another --data-dir. The embedded "
-                    "engine lets one process own a data directory; run `gpuledger serve` once "
-                    "and send other work to it, or use a ClickHouse server DSN"
-                )
+                raise DataDirInUse(path, holder)
             try:
                 path.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -309,11 +320,9 @@ def connect(
     try:
         client = clickhouse_connect.get_client(**kwargs)
     except Exception as exc:  # the driver raises many kinds; each becomes one sentence
-        if path is not None and _lock_holder(path) is not None:
-            raise WarehouseError(
-                f"data directory {path} is in use by another process: stop it, or use "
-                "another --data-dir"
-            ) from exc
+        holder = lock_holder(path) if path is not None else None
+        if path is not None and holder is not None:
+            raise DataDirInUse(path, holder) from exc
         if "one engine path per process" in str(exc) or "different path" in str(exc):
             raise WarehouseError(
                 f"this process already has another embedded data directory open; the engine "

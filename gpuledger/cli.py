@@ -18,6 +18,11 @@ setting, a request that cannot be answered, a locked data directory, bad SQL, a 
 fails) ends with one line on stderr saying what is wrong and what to do, and exit status 2
 (a ConfigError or an InputError) or 1 (any other); ``--debug`` prints its traceback instead.
 Any other exception is a bug and prints its traceback.
+
+While ``gpuledger serve`` or ``gpuledger demo`` owns the embedded data directory, the read
+commands (ledger, why, queues, fragmentation, sql without --write, audit, quarantine list, db
+status) are sent to it and answered there, with the same output and exit status
+(:mod:`gpuledger.forward`).
 """
 
 from __future__ import annotations
@@ -44,12 +49,14 @@ from gpuledger.commands import (
     cmd_user,
     cmd_why,
 )
-from gpuledger.output import format_rows  # noqa: F401 - re-exported for callers and tests
+from gpuledger.forward import IN_USE_NOTE, Reply, ask_owner
+from gpuledger.output import exit_status, one_line
+from gpuledger.output import format_rows as format_rows  # re-exported for callers and tests
 from gpuledger.parser import parse
 from gpuledger.quarantine_commands import cmd_quarantine
 from gpuledger.serve_commands import cmd_demo, cmd_serve
 from gpuledger.settings import Settings, load_settings
-from gpuledger_errors import ConfigError, GpuledgerError, InputError
+from gpuledger_errors import GpuledgerError
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -99,13 +106,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("urllib3", "clickhouse_connect"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        return COMMANDS[args.command](_settings(args), args)
+        settings = _settings(args)
+        answer = ask_owner(settings, args, sys.argv[1:] if argv is None else argv)
+        if answer is not None:
+            return _show(answer)
+        return COMMANDS[args.command](settings, args)
     except GpuledgerError as exc:
         if args.debug:
             traceback.print_exception(exc)
         else:
-            print(f"gpuledger: {_one_line(exc)}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError | InputError) else 1
+            from warehouse.client import DataDirInUse
+
+            note = f". {IN_USE_NOTE}" if isinstance(exc, DataDirInUse) else ""
+            print(f"gpuledger: {one_line(exc)}{note}", file=sys.stderr)
+        return exit_status(exc)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -114,12 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _one_line(exc: GpuledgerError) -> str:
-    """The message on one line (a source's own text, such as sacct's stderr, may have more)."""
-    return (
-        " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        or type(exc).__name__
-    )
+def _show(answer: Reply) -> int:
+    """Print what a command answered by the process that owns the data directory printed."""
+    sys.stdout.write(answer.stdout)
+    sys.stdout.flush()
+    sys.stderr.write(answer.stderr)
+    return answer.status
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuledger_errors import ConfigError, GpuledgerError, InputError
+
 
 def _cell(value: Any) -> Any:
     """A value as JSON and CSV can hold it: times and dates in ISO 8601, decimals, UUIDs and
@@ -87,3 +89,17 @@ def format_duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes} m {secs} s"
     return f"{secs} s"
+
+
+def one_line(exc: GpuledgerError) -> str:
+    """An error's message on one line (a source's own text, such as sacct's stderr, may have
+    more), as the CLI prints it after ``gpuledger: ``."""
+    return (
+        " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        or type(exc).__name__
+    )
+
+
+def exit_status(exc: GpuledgerError) -> int:
+    """2 for a bad setting or request (ConfigError, InputError), 1 for any other error."""
+    return 2 if isinstance(exc, ConfigError | InputError) else 1

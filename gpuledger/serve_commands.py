@@ -5,19 +5,49 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import ipaddress
 import logging
 import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuledger.collect_commands import start_embedded_collectors
-from gpuledger.commands import idle_rule, utc_now
+from gpuledger.commands import (
+    cmd_audit,
+    cmd_db,
+    cmd_fragmentation,
+    cmd_ledger,
+    cmd_queues,
+    cmd_sql,
+    cmd_why,
+    idle_rule,
+    utc_now,
+)
+from gpuledger.forward import FORWARDED_TEXT, ForwardServer, is_forwarded
+from gpuledger.parser import parse
+from gpuledger.quarantine_commands import cmd_quarantine
 from gpuledger.settings import Settings, SettingsError
+from gpuledger_errors import InputError
+
+if TYPE_CHECKING:
+    from warehouse.client import Warehouse
 
 log = logging.getLogger(__name__)
+
+#: The commands this process answers for others (gpuledger.forward.FORWARDED says which).
+READ_COMMANDS = {
+    "ledger": cmd_ledger,
+    "why": cmd_why,
+    "queues": cmd_queues,
+    "fragmentation": cmd_fragmentation,
+    "sql": cmd_sql,
+    "audit": cmd_audit,
+    "quarantine": cmd_quarantine,
+    "db": cmd_db,
+}
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
@@ -146,6 +176,7 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
             "server.tls_cert_file and server.tls_key_file, or put a TLS proxy in front",
             s.host,
         )
+    forwarding = _start_forwarding(wh, settings)
     url = f"{'https' if tls else 'http'}://{s.host}:{s.port}"
     print(
         f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
@@ -156,9 +187,48 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         with contextlib.suppress(SystemExit, KeyboardInterrupt):
             server.start()
     finally:
+        if forwarding is not None:
+            forwarding.close()
         server.stop()
         coalescer.stop(timeout_s=30)
     return 0
+
+
+def _start_forwarding(wh: Warehouse, settings: Settings) -> ForwardServer | None:
+    """Answer the read commands of other processes on the socket in the embedded data
+    directory (:mod:`gpuledger.forward`), from this process's warehouse and settings (a server
+    DSN needs none: every process connects itself). Best effort: None, logged, when it
+    cannot."""
+    from warehouse.client import embedded_path
+
+    data_dir = embedded_path(wh.dsn)
+    if data_dir is None:
+        return None
+    server = ForwardServer.start(data_dir, functools.partial(_answer, wh=wh, settings=settings))
+    if server is not None:
+        print(f"read commands typed meanwhile ({FORWARDED_TEXT}) are answered here", flush=True)
+    return server
+
+
+def _answer(argv: list[str], out: TextIO, *, wh: Warehouse, settings: Settings) -> int:
+    """Run a command another process sent, writing what it prints to ``out``."""
+    args = parse(argv, strict=True)
+    if not is_forwarded(args):
+        raise InputError(
+            f"`gpuledger {' '.join(_words(args))}` is not answered for other processes (only "
+            f"{FORWARDED_TEXT} are): stop `gpuledger serve` or `demo` to run it"
+        )
+    return READ_COMMANDS[args.command](settings, args, wh=wh, out=out)
+
+
+def _words(args: argparse.Namespace) -> list[str]:
+    """The command's name as typed: ``db migrate``, ``sql --write``."""
+    action = getattr(args, "action", None)
+    return [
+        args.command,
+        *([action] if isinstance(action, str) else []),
+        *(["--write"] if getattr(args, "write", False) else []),
+    ]
 
 
 def _loopback(host: str) -> bool:

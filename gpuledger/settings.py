@@ -162,6 +162,9 @@ class ServerSettings:
     dedup_window_s: int = 86_400
     #: Requests served at once (threads of one process: the embedded engine forbids forking).
     threads: int = 8
+    #: A read command sent to the `serve` (or `demo`) process that owns the data directory
+    #: (gpuledger.forward) gives up, saying so, when no answer has come in this long.
+    forward_timeout_s: float = 600.0
     #: The ingest tokens' hashes (`gpuledger token`); empty: ``ingest-tokens.json`` in the data
     #: directory.
     tokens_file: str = ""
@@ -221,6 +224,11 @@ class ServerSettings:
             raise SettingsError(
                 f"server.dedup_window_s {self.dedup_window_s} must be at least 60: agents "
                 "re-send a batch whose reply was lost on their next step, or after an outage"
+            )
+        if self.forward_timeout_s <= 0:
+            raise SettingsError(
+                f"server.forward_timeout_s {self.forward_timeout_s} must be positive (seconds a "
+                "read command waits for the serving process's answer)"
             )
         unknown = set(self.sources) - {"nvml", "dcgm", "kubernetes", "slurm"}
         if unknown:

@@ -43,6 +43,7 @@ def test_server_dsn_selects_server() -> None:
         ("[simulator]\ngpus = 'many'\n", "simulator.gpus = 'many'"),
         ("[warehouse]\ndsn = 'postgres://x'\n", "is not a ClickHouse DSN"),
         ("[warehouse]\ncluster = 'prod; DROP'\n", "warehouse.cluster 'prod; DROP' is not a plain"),
+        ("[server]\nforward_timeout_s = 0\n", "server.forward_timeout_s 0.0 must be positive"),
         ("[ledger\n", "is not valid TOML"),
     ],
 )

@@ -11,98 +11,24 @@ sequence number and the batch id, percent-encoded so that the id read back is th
 When the spool is full a new batch is refused (the oldest data, from the start of the outage,
 is kept), counted in ``dropped_batches`` and logged as a warning that says how to make room.
 
-The server's ingest spool (``warehouse.ingest.coalesce``) keeps agents' batches in the same format.
+A batch file holds the batch frame (:mod:`collector.frame`). The server's ingest spool
+(``warehouse.ingest.coalesce``) keeps agents' batches in the same format.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import io
-import json
 import logging
 import os
-import struct
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote, unquote
 
-import polars as pl
-
-from collector.records import (
-    Batch,
-    GpuHealth,
-    GpuInventory,
-    GpuProcess,
-    JobEvent,
-    NodeInventory,
-    Reject,
-    samples_frame,
-)
+from collector.frame import dump_batch, load_batch
+from collector.records import Batch
 
 log = logging.getLogger(__name__)
-
-_MAGIC = b"GLB1"
-_KINDS: dict[str, Any] = {
-    "gpus": GpuInventory,
-    "nodes": NodeInventory,
-    "job_events": JobEvent,
-    "rejects": Reject,
-    "processes": GpuProcess,
-    "health": GpuHealth,
-}
-_DATETIME_FIELDS = {"ts", "started_at"}
-
-
-def _encode_record(record: Any) -> list[Any]:
-    out: list[Any] = []
-    for value in record:
-        if isinstance(value, dt.datetime):
-            out.append({"$dt": value.isoformat()})
-        elif isinstance(value, tuple):
-            out.append(list(value))
-        else:
-            out.append(value)
-    return out
-
-
-def _decode_record(cls: Any, values: list[Any]) -> Any:
-    decoded: list[Any] = []
-    for name, value in zip(cls._fields, values, strict=True):
-        if isinstance(value, dict) and "$dt" in value:
-            decoded.append(dt.datetime.fromisoformat(value["$dt"]))
-        elif isinstance(value, list):
-            decoded.append(tuple(value))
-        else:
-            decoded.append(value)
-        del name
-    return cls(*decoded)
-
-
-def dump_batch(batch: Batch) -> bytes:
-    """Serialise a batch: a JSON header with the small record kinds, then samples as Arrow IPC."""
-    header = {kind: [_encode_record(r) for r in getattr(batch, kind)] for kind in _KINDS}
-    head = json.dumps(header, separators=(",", ":")).encode()
-    body = io.BytesIO()
-    if len(batch.samples):
-        samples_frame(batch.samples).write_ipc(body, compression="zstd")
-    return _MAGIC + struct.pack(">Q", len(head)) + head + body.getvalue()
-
-
-def load_batch(data: bytes) -> Batch:
-    """The inverse of :func:`dump_batch`."""
-    if data[:4] != _MAGIC:
-        raise ValueError("not a gpuledger batch (bad magic)")
-    (size,) = struct.unpack(">Q", data[4:12])
-    header = json.loads(data[12 : 12 + size])
-    rest = data[12 + size :]
-    samples: pl.DataFrame | tuple[()] = pl.read_ipc(io.BytesIO(rest)) if rest else ()
-    kinds = {
-        kind: [_decode_record(cls, v) for v in header.get(kind, [])] for kind, cls in _KINDS.items()
-    }
-    return Batch(samples=samples, **kinds)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,14 @@
-"""Record validation for ingest: one pure check per record kind.
+"""Record validation for ingest: the schema of every field, then one pure check per record kind.
+
+:func:`field_problem` holds each field of the records a batch carries to its schema: the type
+its annotation in :mod:`collector.records` gives (a string, an integer, a finite number, a
+boolean, a time zone-aware datetime, a list of strings; ``None`` only where the annotation
+allows it), the range of its warehouse column for an integer (``UInt16`` for a GPU index, ...),
+the allowed values of an enumerated one (``event``, ``health``, ...). Every kind's check starts
+with it, so a record whose field would fail the insert (``gpu_index`` -1 or ``"abc"``, a
+``cluster`` 123, a string ``memory_total_bytes``) is quarantined instead, with the field, the
+value and the reason. A batch decoded from an agent's bytes (:mod:`collector.frame`) carries
+field values as the agent sent them, so this is what stands between them and the inserts.
 
 A check returns ``None`` for a record that may be written, or a :data:`Problem` — (field,
 value, reason) — that :class:`~warehouse.ingest.writer.Ingestor` quarantines together with the
@@ -13,6 +23,9 @@ import dataclasses
 import datetime as dt
 import decimal
 import math
+import numbers
+import typing
+from collections.abc import Callable
 from typing import Any
 
 from collector.records import (
@@ -70,9 +83,156 @@ def aware(ts: Any) -> bool:
     return isinstance(ts, dt.datetime) and ts.tzinfo is not None
 
 
+# -- the schema of every field ----------------------------------------------------------------
+_UINT16, _UINT32, _UINT64, _INT32 = (
+    (0, 2**16 - 1),
+    (0, 2**32 - 1),
+    (0, 2**64 - 1),
+    (-(2**31), 2**31 - 1),
+)
+#: The range of the warehouse column of every integer field (the migrations' types).
+_INT_RANGES: dict[type, dict[str, tuple[int, int]]] = {
+    GpuInventory: {"gpu_index": _UINT16, "memory_total_bytes": _UINT64},
+    NodeInventory: {"gpu_count": _UINT16, "cpu_milli": _UINT32, "memory_bytes": _UINT64},
+    JobEvent: {"attempt": _UINT16, "priority": _INT32},
+    GpuProcess: {"pid": _UINT32, "used_memory_bytes": _UINT64},
+    GpuHealth: {
+        "clock_event_reasons": _UINT64,
+        "ecc_dbe_volatile": _UINT64,
+        "remapped_rows_correctable": _UINT32,
+        "remapped_rows_uncorrectable": _UINT32,
+    },
+}
+#: The allowed values of the enumerated fields.
+_CHOICES: dict[type, dict[str, tuple[str, ...]]] = {
+    GpuInventory: {"health": GPU_HEALTH},
+    NodeInventory: {"state": NODE_STATES},
+    JobEvent: {"event": JOB_EVENTS, "workload_type": WORKLOAD_TYPES},
+}
+_FLOAT32_MAX = 3.4028234663852886e38  # the numbers are Float32 columns
+#: DateTime64(3)'s range
+_FIRST_TIME = dt.datetime(1900, 1, 1, tzinfo=dt.UTC)
+_END_TIME = dt.datetime(2300, 1, 1, tzinfo=dt.UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    """What one field of a record may hold: ``fits`` says whether a value does."""
+
+    name: str
+    fits: Callable[[Any], bool]
+    wanted: str  # what it must be, for the reason
+
+    def problem(self, value: Any) -> Problem:
+        return (self.name, text_of(value, 1000), f"{self.name} must be {self.wanted}")
+
+
+def _text(value: Any) -> bool:
+    """A string that UTF-8 can encode (JSON lets an unpaired surrogate through)."""
+    if not isinstance(value, str):
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _integer(low: int, high: int) -> Callable[[Any], bool]:
+    def fits(v: Any) -> bool:
+        if type(v) is int:
+            return low <= v <= high
+        integral = isinstance(v, numbers.Integral) and not isinstance(v, bool)  # numpy's too
+        return integral and low <= int(v) <= high
+
+    return fits
+
+
+def _number(v: Any) -> bool:
+    """A finite number a Float32 column holds (NaN fails the comparison)."""
+    if type(v) is float or type(v) is int:
+        return -_FLOAT32_MAX <= v <= _FLOAT32_MAX
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and _number(float(v))
+
+
+def _time(v: Any) -> bool:
+    return isinstance(v, dt.datetime) and v.tzinfo is not None and _FIRST_TIME <= v < _END_TIME
+
+
+def _rule(kind: str, bounds: tuple[int, int] | None, choices: tuple[str, ...]) -> tuple[Any, str]:
+    if choices:
+        return (lambda v: v in choices and _text(v)), f"one of {', '.join(choices)}"
+    if kind == "int" and bounds is not None:
+        return _integer(*bounds), f"an integer between {bounds[0]} and {bounds[1]}"
+    return {
+        "str": (_text, "a string (of UTF-8 text)"),
+        "float": (_number, "a finite number (within ±3.4e38)"),
+        "bool": ((lambda v: isinstance(v, bool)), "true or false"),
+        "time": (_time, "a timezone-aware datetime (UTC) between 1900 and 2299"),
+        "strs": (
+            (lambda v: isinstance(v, tuple | list) and all(_text(s) for s in v)),
+            "a list of strings",
+        ),
+    }[kind]
+
+
+_KINDS_OF_TYPES: dict[Any, str] = {
+    str: "str",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    dt.datetime: "time",
+}
+
+
+def _schema(cls: Any) -> tuple[_Field, ...]:
+    """Each field's rule, from the record's annotations and the tables above."""
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for name in cls._fields:
+        args = typing.get_args(hints[name])
+        nullable = type(None) in args
+        base = next(a for a in args if a is not type(None)) if nullable else hints[name]
+        kind = "strs" if typing.get_origin(base) is tuple else _KINDS_OF_TYPES[base]
+        bounds = _INT_RANGES.get(cls, {}).get(name)
+        if (kind == "int") != (bounds is not None):
+            raise AssertionError(f"{cls.__name__}.{name}: give an integer field its column range")
+        fits, wanted = _rule(kind, bounds, _CHOICES.get(cls, {}).get(name, ()))
+        if nullable:
+            fits = (lambda f: lambda v: v is None or f(v))(fits)
+            wanted += " or null"
+        fields.append(_Field(name, fits, wanted))
+    return tuple(fields)
+
+
+#: The schema of each record kind a batch's header carries (samples, which come as a table, are
+#: held to SAMPLE_SCHEMA by :mod:`warehouse.ingest.sample_checks`).
+SCHEMAS: dict[type, tuple[_Field, ...]] = {
+    cls: _schema(cls) for cls in (GpuInventory, NodeInventory, JobEvent, GpuProcess, GpuHealth)
+}
+
+
+def field_problem(r: Any) -> Problem | None:
+    """The first field of ``r`` that does not fit its schema, as (field, value, reason)."""
+    for field, value in zip(SCHEMAS[type(r)], r, strict=True):
+        if not field.fits(value):
+            return field.problem(value)
+    return None
+
+
+def text_of(value: Any, limit: int) -> str:
+    """``value`` as text a String column takes: ``repr`` of a non-string, an unpaired surrogate
+    escaped, cut at ``limit`` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    text = text[:limit]
+    return text if _text(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def check_common(r: Any) -> Problem | None:
-    if not aware(r.ts):
-        return ("ts", str(r.ts), "ts must be a timezone-aware datetime (UTC)")
+    if (problem := field_problem(r)) is not None:
+        return problem
     if not r.cluster:
         return ("cluster", "", "cluster is empty")
     for name in r._fields:
@@ -87,9 +247,7 @@ def check_gpu(r: GpuInventory) -> Problem | None:
         return problem
     if not r.gpu_uuid:
         return ("gpu_uuid", "", "gpu_uuid is empty")
-    if r.health not in GPU_HEALTH:
-        return ("health", r.health, f"health must be one of {', '.join(GPU_HEALTH)}")
-    if not (isinstance(r.capacity_fraction, float | int) and 0 < r.capacity_fraction <= 1):
+    if not 0 < r.capacity_fraction <= 1:
         return (
             "capacity_fraction",
             str(r.capacity_fraction),
@@ -103,10 +261,6 @@ def check_node(r: NodeInventory) -> Problem | None:
         return problem
     if not r.node:
         return ("node", "", "node is empty")
-    if r.state not in NODE_STATES:
-        return ("state", r.state, f"state must be one of {', '.join(NODE_STATES)}")
-    if not isinstance(r.gpu_count, int) or r.gpu_count < 0:
-        return ("gpu_count", str(r.gpu_count), "gpu_count must be a non-negative integer")
     return None
 
 
@@ -119,17 +273,9 @@ def check_event(r: JobEvent) -> Problem | None:
         return problem
     if not r.job_id:
         return ("job_id", "", "job_id is empty")
-    if r.event not in JOB_EVENTS:
-        return ("event", r.event, f"event must be one of {', '.join(JOB_EVENTS)}")
-    if r.workload_type not in WORKLOAD_TYPES:
-        return (
-            "workload_type",
-            r.workload_type,
-            f"workload_type must be one of {', '.join(WORKLOAD_TYPES)}",
-        )
-    if not finite(r.gpus_requested) or r.gpus_requested < 0:
+    if r.gpus_requested < 0:
         return ("gpus_requested", str(r.gpus_requested), "gpus_requested must be >= 0")
-    if not finite(r.gpu_fraction) or not 0 < r.gpu_fraction <= 1:
+    if not 0 < r.gpu_fraction <= 1:
         return ("gpu_fraction", str(r.gpu_fraction), "gpu_fraction must be in (0, 1]")
     if r.mig_instances and len(r.mig_instances) != len(r.gpu_uuids):
         return (
@@ -137,8 +283,6 @@ def check_event(r: JobEvent) -> Problem | None:
             str(r.mig_instances),
             "mig_instances must be empty or name one instance per GPU in gpu_uuids",
         )
-    if r.started_at is not None and not aware(r.started_at):
-        return ("started_at", str(r.started_at), "started_at must be timezone-aware")
     return None
 
 
@@ -209,47 +353,14 @@ def _check_gpu_key(r: GpuProcess | GpuHealth, window: RawWindow) -> Problem | No
     return window.check(r.ts)
 
 
-def _uint(value: Any, bits: int) -> bool:
-    """An integer (not a bool) that fits ``UInt<bits>``."""
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**bits
-
-
 def check_process(r: GpuProcess, window: RawWindow) -> Problem | None:
     if (problem := _check_gpu_key(r, window)) is not None:
         return problem
-    if not _uint(r.pid, 32):
-        return ("pid", str(r.pid), "pid must be an integer within 0-4294967295")
-    if r.used_memory_bytes is not None and not _uint(r.used_memory_bytes, 64):
-        return (
-            "used_memory_bytes",
-            str(r.used_memory_bytes),
-            "used_memory_bytes must be a non-negative integer (bytes)",
-        )
     ratio = r.sm_util_ratio
-    if ratio is not None and not (finite(ratio) and 0 <= ratio <= 1):
+    if ratio is not None and not 0 <= ratio <= 1:
         return ("sm_util_ratio", str(ratio), f"sm_util_ratio {RATIO_REASON}")
     return None
 
 
-_HEALTH_COUNTERS = (
-    ("clock_event_reasons", 64, "a bitmask (a non-negative integer)"),
-    ("ecc_dbe_volatile", 64, "a non-negative integer (errors)"),
-    ("remapped_rows_correctable", 32, "a non-negative integer (rows)"),
-    ("remapped_rows_uncorrectable", 32, "a non-negative integer (rows)"),
-)
-
-
 def check_health(r: GpuHealth, window: RawWindow) -> Problem | None:
-    if (problem := _check_gpu_key(r, window)) is not None:
-        return problem
-    for name, bits, what in _HEALTH_COUNTERS:
-        value = getattr(r, name)
-        if value is not None and not _uint(value, bits):
-            return (name, str(value), f"{name} must be {what} or null")
-    for name in ("remapped_rows_pending", "remapped_rows_failure"):
-        value = getattr(r, name)
-        if value is not None and not isinstance(value, bool):
-            return (name, str(value), f"{name} must be true, false or null")
-    if not isinstance(r.gpu_lost, bool):
-        return ("gpu_lost", str(r.gpu_lost), "gpu_lost must be true or false")
-    return None
+    return _check_gpu_key(r, window)

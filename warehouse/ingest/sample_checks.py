@@ -205,6 +205,7 @@ def sample_problems(
     ]
     for name in _REQUIRED_FIELDS:
         checks.append((name, pl.col(name).fill_null("") == "", f"{name} is empty"))
+    checks.append(("gpu_index", pl.col("gpu_index").is_null(), "gpu_index is missing"))
     for name in _LABEL_FIELDS:
         checks.append(
             (

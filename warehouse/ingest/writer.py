@@ -66,6 +66,7 @@ from warehouse.ingest.checks import (
     check_quota,
     check_rule,
     check_tenant,
+    text_of,
 )
 from warehouse.ingest.known_gpus import (
     GpuKey,
@@ -612,10 +613,13 @@ def _batch_content_id(batch: Batch) -> str:
 
 
 def _rejects_by_source(rejects: Sequence[Reject]) -> dict[tuple[str, str], Rejects]:
+    """A source's rejects by (kind, source); a field that is not text (an agent's batch
+    carries what the agent sent) is kept as its ``repr``."""
     by_kind: dict[tuple[str, str], Rejects] = {}
     for r in rejects:
-        by_kind.setdefault((r.kind, r.source), []).append(
-            (r.field, r.value, r.reason, r.payload[:65536])
+        source, kind, field, value, reason = (text_of(v, 1000) for v in r[:5])
+        by_kind.setdefault((kind, source), []).append(
+            (field, value, reason, text_of(r.payload, 65536))
         )
     return by_kind
 
@@ -627,7 +631,10 @@ def _quarantine_rows(
     source: str,
     rejects: Sequence[tuple[str, str, str, str]],
 ) -> list[tuple[Any, ...]]:
-    return [(now, source, kind, batch_id, f, v[:1000], r, p) for f, v, r, p in rejects]
+    return [
+        (now, source, kind, batch_id, f, text_of(v, 1000), text_of(r, 65536), p)
+        for f, v, r, p in rejects
+    ]
 
 
 def _dedup(token: str) -> dict[str, Any]:

@@ -17,7 +17,9 @@ A batch file holds the batch frame (:mod:`collector.frame`). The server's ingest
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime as dt
 import logging
 import os
 import threading
@@ -29,6 +31,10 @@ from collector.frame import dump_batch, load_batch
 from collector.records import Batch
 
 log = logging.getLogger(__name__)
+
+#: The folder of a spool where batches that cannot be sent or written are kept, each as
+#: ``NAME.batch`` with ``NAME.reason`` beside it.
+REJECTED = "rejected"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +136,7 @@ class Spool:
 
     def set_aside(self, batch: Batch, batch_id: str, reason: str) -> Path:
         """Keep a batch the sink refused in ``rejected/`` with the reason, for an operator."""
-        folder = self.directory / "rejected"
+        folder = self.directory / REJECTED
         folder.mkdir(exist_ok=True)
         path = folder / f"{_safe(batch_id)}.batch"
         path.write_bytes(dump_batch(batch))
@@ -156,6 +162,38 @@ class Spool:
             fsync_dir(self.directory)
             if self._used < 0.8 * self.max_bytes:
                 self._warned_full = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RejectedBatch:
+    """A batch kept in a spool's ``rejected/`` folder, and why."""
+
+    path: Path
+    batch_id: str
+    reason: str
+    size_bytes: int
+    kept_at: dt.datetime
+
+
+def rejected_batches(directory: str | os.PathLike[str]) -> list[RejectedBatch]:
+    """The batches kept in ``directory``'s ``rejected/`` folder (an agent's spool or the
+    server's), oldest first; their reasons are ``NAME.reason`` (or ``NAME.batch.reason``)."""
+    found = []
+    for path in (Path(directory) / REJECTED).glob("*.batch"):
+        reason = ""
+        for candidate in (path.with_suffix(".reason"), path.with_name(path.name + ".reason")):
+            with contextlib.suppress(OSError):
+                reason = candidate.read_text(encoding="utf-8", errors="replace").strip()
+                break
+        try:
+            stat = path.stat()
+        except OSError:  # removed meanwhile
+            continue
+        seq, _, encoded = path.stem.partition("-")
+        batch_id = _decode_id(encoded) if seq.isdigit() and encoded else path.stem
+        kept_at = dt.datetime.fromtimestamp(stat.st_mtime, dt.UTC)
+        found.append(RejectedBatch(path, batch_id, reason, stat.st_size, kept_at))
+    return sorted(found, key=lambda r: (r.kept_at, r.path.name))
 
 
 def write_durably(path: Path, data: bytes) -> None:

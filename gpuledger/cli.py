@@ -10,6 +10,7 @@
     gpuledger sql "SELECT ..." [--format table|csv|json]
     gpuledger quarantine list [--kind K] [--reason TEXT] [--since ISO] [--format ...]
     gpuledger quarantine replay [--kind K] [--reason TEXT] [--since ISO] [--dry-run]
+    gpuledger quarantine rejected [--format table|csv|json]
     gpuledger db migrate | gpuledger db status
 
 Every command takes ``--config FILE``, ``--data-dir DIR``, ``--dsn DSN``, ``-v`` and

@@ -1,8 +1,14 @@
-"""``gpuledger quarantine list | replay``: what ingest kept back, and writing it again.
+"""``gpuledger quarantine list | replay | rejected``: what ingest kept back, and writing it again.
 
     gpuledger quarantine list [--kind K] [--reason TEXT] [--since ISO] [--examples N]
                               [--format table|csv|json]
     gpuledger quarantine replay [--kind K] [--reason TEXT] [--since ISO] [--dry-run]
+    gpuledger quarantine rejected [--format table|csv|json]
+
+``rejected`` lists whole batches set aside instead of rows: in the server's ingest spool, those
+that could not be read or written (with the error; the rest of their group was written), and in
+the agent's spool, those the server refused. It reads the folders only, so it runs beside
+``gpuledger serve``.
 
 ``--reason`` keeps the rows whose reason contains TEXT (case-insensitive): every reason of a
 sample from a GPU with no inventory starts with ``unknown_gpu:``. The warehouse side, and how
@@ -41,6 +47,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="write quarantined rows again through ingest's checks (those that pass now)",
     )
+    rejected = actions.add_parser(
+        "rejected",
+        parents=[common],
+        help="whole batches set aside in the server's and the agent's spools, and why",
+    )
+    rejected.add_argument("--format", choices=("table", "csv", "json"), default="table")
     for action in (listing, replay):
         action.add_argument(
             "--kind", default="", help="one kind: gpu_sample, gpu_inventory, job_event, ..."
@@ -69,6 +81,9 @@ def cmd_quarantine(
     ``replay`` opens the configured warehouse and prints."""
     from warehouse.ingest.quarantine import Filters
     from warehouse.ingest.writer import QUARANTINE_KINDS
+
+    if args.action == "rejected":
+        return _rejected(settings, args.format)
 
     if args.kind and args.kind not in QUARANTINE_KINDS:
         raise InputError(
@@ -179,3 +194,34 @@ def _reasons(title: str, counts: Any) -> None:
     print(f"  {title:<18} {sum(counts.values()):>10,}")
     for (kind, reason), rows in counts.most_common():
         print(f"    {rows:,} {kind} × {reason}")
+
+
+def _rejected(settings: Settings, fmt: str) -> int:
+    from collector.spool import rejected_batches
+
+    columns = ["spool", "kept_at", "batch_id", "bytes", "reason", "file"]
+    rows = [
+        [spool, r.kept_at.isoformat(timespec="seconds"), r.batch_id, r.size_bytes, r.reason, r.path]
+        for spool, folder in (
+            ("server", settings.server_spool_dir),
+            ("agent", settings.agent_spool_dir),
+        )
+        for r in rejected_batches(folder)
+    ]
+    if fmt == "json":
+        print(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=1, default=str))
+        return 0
+    if fmt == "csv":
+        sys.stdout.write(format_rows(columns, rows, "csv"))
+        return 0
+    if not rows:
+        print("no batches set aside in the server's or the agent's spool")
+        return 0
+    print("batches set aside (not written; their rows are not in the warehouse):")
+    shown = [[*r[:4], _cut(str(r[4]), _REASON_CHARS), r[5]] for r in rows]
+    sys.stdout.write(format_rows(columns, shown, "table"))
+    print(
+        "\nonce the cause is fixed, send a batch again with its id, e.g. "
+        "`curl --data-binary @FILE -H 'X-Batch-Id: ID' URL/api/v1/ingest`"
+    )
+    return 0

@@ -1,29 +1,52 @@
 """HTTP endpoints of the gpuledger server process, beside the dashboard.
 
-- ``POST /api/v1/ingest`` — a batch from an agent (``collector.spool.dump_batch`` bytes, the
-  batch id in ``X-Batch-Id``). It is kept in the server's write-ahead spool (fsync'd) and
-  answered 202; a flusher thread writes many batches at a time, exactly once
-  (:mod:`warehouse.ingest.coalesce`). An id already accepted is answered 200 ``"duplicate"``, so an
-  agent that re-sends after a lost reply writes once. A full spool answers 503 with
-  ``Retry-After``: the agent keeps the batch in its own spool and sends it again later.
+- ``POST /api/v1/ingest`` — a batch from an agent (``collector.frame`` bytes, the batch id in
+  ``X-Batch-Id``). It is kept in the server's write-ahead spool (fsync'd) and answered 202; a
+  flusher thread writes many batches at a time, exactly once (:mod:`warehouse.ingest.coalesce`).
+  An id already accepted is answered 200 ``"duplicate"``, so an agent that re-sends after a lost
+  reply writes once. A full spool answers 503 with ``Retry-After``: the agent keeps the batch in
+  its own spool and sends it again later.
 - ``GET /healthz`` — 200 when the warehouse answers and the last group was written, 503
-  otherwise; the body shows the spool's depth and the last error either way.
+  otherwise; the body shows the spool's depth, the batches set aside and the last error.
 - ``GET /metrics`` — gpuledger's own metrics in the Prometheus text format.
+
+What the ingest route refuses, and how (every error answer of these routes is JSON
+``{"error": reason}``, a fault of the server's own included, never an HTML page):
+
+- a body longer than ``server.max_body_bytes`` (64 MiB by default): 413, before the body is
+  read when its Content-Length says so, else as soon as the read passes the limit (a chunked
+  body); a batch whose samples would take more than four times the limit once decompressed is
+  refused (400) before they are decompressed;
+- a compressed body (a Content-Encoding other than ``identity``): 415 — a batch's samples are
+  zstd-compressed already;
+- a body that is not a well-formed batch frame (:mod:`collector.frame`: the magic, the header
+  length, a header that is not a JSON object of known kinds, a record that is not a list of its
+  fields, samples that are not an Arrow file of SAMPLE_SCHEMA's columns): 400 with the reason;
+  nothing is kept, and the agent sets the batch aside (any 4xx but 408 and 429).
+
+A well-formed batch with rows whose *values* do not fit their record's schema (``gpu_index`` -1
+or ``"abc"``, ``cluster`` 123, a string ``memory_total_bytes``, ``attempt`` ``"x"``) is accepted
+(202): its other rows are written and those rows are quarantined with the field, the value and
+the reason. The reply names them (``quarantined``: how many; ``problems``: the first 100, each
+with the kind, the index in the batch, the field, the value and the reason).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import flask
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from collector.spool import id_fits, load_batch
+from collector.frame import BatchFormatError, load_batch
+from collector.spool import id_fits
 from gpuledger.auditing import Refusals
 from gpuledger.tokens import TokenBook, out_of_scope
 from warehouse.client import Warehouse, WarehouseError
+from warehouse.ingest.screen import schema_problems
 
 if TYPE_CHECKING:
     from warehouse.ingest.coalesce import Coalescer
@@ -33,18 +56,29 @@ log = logging.getLogger(__name__)
 
 #: What a refused agent is told to wait before sending again, in seconds.
 RETRY_AFTER_S = 30
+#: The default of ``server.max_body_bytes``.
+MAX_BODY_BYTES = 64 << 20
+#: Problems named in a 202 reply (all are quarantined).
+_PROBLEMS_SHOWN = 100
+_TOO_LONG = "the body is longer than server.max_body_bytes: send fewer samples per batch"
 
 
 def register(
-    server: flask.Flask, wh: Warehouse, coalescer: Coalescer, tokens: TokenBook | None
+    server: flask.Flask,
+    wh: Warehouse,
+    coalescer: Coalescer,
+    tokens: TokenBook | None,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> ServerMetrics:
     """Add the ingest, health and metrics routes to ``server`` (Dash's Flask app). Ingest
     needs a token of ``tokens`` whose cluster (and node) every row belongs to; ``tokens``
     None checks none (``serve --insecure``, and tests of the ingest mechanics)."""
     metrics = coalescer.metrics
     denials = Refusals(wh, "ingest.denied")
+    api = flask.Blueprint("gpuledger_api", __name__)
 
-    @server.post("/api/v1/ingest")
+    @api.post("/api/v1/ingest")
     def ingest() -> flask.typing.ResponseReturnValue:
         token = None
         if tokens is not None:
@@ -57,17 +91,29 @@ def register(
                 return reply, 401
         batch_id = flask.request.headers.get("X-Batch-Id", "")
         if not batch_id or not id_fits(batch_id):
-            metrics.batches.labels("refused").inc()
-            return flask.jsonify(
-                error="the X-Batch-Id header is missing or too long: agents name each "
-                "batch (up to ~200 characters) so that a retry is written once"
-            ), 400
-        data = flask.request.get_data()
+            return _refused(
+                metrics,
+                400,
+                "the X-Batch-Id header is missing or too long: agents name each batch (up to "
+                "~200 characters) so that a retry is written once",
+            )
+        refusal = _refuse_before_reading(max_body_bytes)
+        if refusal is not None:
+            return _refused(metrics, *refusal)
+        # A chunked body (no Content-Length) is read up to one byte past the limit: werkzeug
+        # stops a read at the limit without saying whether more was coming.
+        flask.request.max_content_length = max_body_bytes + 1
         try:
-            batch = load_batch(data)
-        except (ValueError, KeyError, TypeError) as exc:
-            metrics.batches.labels("refused").inc()
-            return flask.jsonify(error=f"the body is not a gpuledger batch: {exc}"), 400
+            data = flask.request.get_data(cache=False)
+        except RequestEntityTooLarge:
+            return _refused(metrics, 413, _TOO_LONG)
+        if len(data) > max_body_bytes:
+            return _refused(metrics, 413, _TOO_LONG)
+        try:
+            batch = load_batch(data, max_decoded_bytes=4 * max_body_bytes)
+        except BatchFormatError as exc:
+            return _refused(metrics, 400, f"the body is not a gpuledger batch: {exc}")
+        problems = schema_problems(batch)
         stray = out_of_scope(batch, token) if token is not None else None
         if token is not None and stray is not None:
             metrics.batches.labels("forbidden").inc()
@@ -88,11 +134,16 @@ def register(
                 f"{coalescer.spool.max_bytes} bytes; last write error: "
                 f"{coalescer.last_error}): keep the batch and send it again later"
             )
-        return flask.jsonify(
-            accepted=True, rows=len(batch), spool_batches=coalescer.spool.depth
-        ), 202
+        reply: dict[str, Any] = {
+            "accepted": True,
+            "rows": len(batch),
+            "spool_batches": coalescer.spool.depth,
+        }
+        if problems:
+            reply |= {"quarantined": len(problems), "problems": problems[:_PROBLEMS_SHOWN]}
+        return flask.jsonify(reply), 202
 
-    @server.get("/healthz")
+    @api.get("/healthz")
     def healthz() -> flask.typing.ResponseReturnValue:
         body = coalescer.status()
         try:
@@ -106,14 +157,62 @@ def register(
             200 if ok else 503
         )
 
-    @server.get("/metrics")
+    @api.get("/metrics")
     def prometheus_metrics() -> flask.Response:
         return flask.Response(generate_latest(metrics.registry), mimetype=CONTENT_TYPE_LATEST)
 
+    api.register_error_handler(HTTPException, _http_error)
+    api.register_error_handler(Exception, _fault)
+    server.register_blueprint(api)
+    for code in (404, 405):  # raised before a route is chosen: the app's, for /api/ paths
+        server.register_error_handler(code, _api_routing_error)
     return metrics
+
+
+def _refuse_before_reading(max_body_bytes: int) -> tuple[int, str] | None:
+    """(status, reason) for a request refused on its headers alone, or None."""
+    length = flask.request.content_length
+    if length is not None and length > max_body_bytes:
+        return 413, (
+            f"the body is {length:,} bytes, more than server.max_body_bytes "
+            f"({max_body_bytes:,}): send fewer samples per batch"
+        )
+    encoding = flask.request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        return 415, (
+            f"Content-Encoding {encoding!r} is not accepted: send the batch as "
+            "collector.frame.dump_batch wrote it (its samples are compressed already)"
+        )
+    return None
+
+
+def _refused(metrics: ServerMetrics, status: int, reason: str) -> flask.typing.ResponseReturnValue:
+    metrics.batches.labels("refused").inc()
+    return flask.jsonify(error=reason), status
 
 
 def _busy(message: str) -> flask.typing.ResponseReturnValue:
     reply = flask.jsonify(error=message)
     reply.headers["Retry-After"] = str(RETRY_AFTER_S)
     return reply, 503
+
+
+def _http_error(exc: HTTPException) -> flask.typing.ResponseReturnValue:
+    """An HTTP error (413 from a read past the limit, 400 from a broken chunked body) as JSON."""
+    reason = _TOO_LONG if exc.code == 413 else (exc.description or exc.name)
+    return flask.jsonify(error=reason), exc.code or 500
+
+
+def _fault(exc: Exception) -> flask.typing.ResponseReturnValue:
+    """A fault of the server's own: logged with its traceback, answered 500 as JSON."""
+    log.exception("%s %s failed", flask.request.method, flask.request.path)
+    return flask.jsonify(
+        error=f"the server failed on this request ({type(exc).__name__}); the operator finds "
+        "it in the server's log: send the request again later"
+    ), 500
+
+
+def _api_routing_error(exc: HTTPException) -> flask.typing.ResponseReturnValue:
+    if flask.request.path.startswith("/api/"):
+        return _http_error(exc)
+    return exc

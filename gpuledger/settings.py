@@ -184,6 +184,9 @@ class ServerSettings:
     oidc_name_claim: str = "preferred_username"
     oidc_groups_claim: str = "groups"
     oidc_roles: str = ""
+    #: The longest batch the ingest route reads (413 beyond it, before reading when the
+    #: Content-Length says so); its samples may take four times this once decompressed.
+    max_body_bytes: int = 64 << 20
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
@@ -219,6 +222,12 @@ class ServerSettings:
             raise SettingsError(
                 f"server.coalesce_max_ms {self.coalesce_max_ms} must be within 0-60000 "
                 "(milliseconds a batch may wait for others before it is written)"
+            )
+        if not 1 << 20 <= self.max_body_bytes <= self.spool_max_bytes:
+            raise SettingsError(
+                f"server.max_body_bytes {self.max_body_bytes} must be at least 1 MiB (1048576) "
+                f"and at most server.spool_max_bytes ({self.spool_max_bytes}): a batch larger "
+                "than the spool could never be kept"
             )
         if self.dedup_window_s < 60:
             raise SettingsError(

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import clickhouse_connect
 import polars as pl
-from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError
+from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, DataError
 
 from gpuledger_errors import GpuledgerError
 
@@ -29,12 +29,44 @@ class WarehouseError(GpuledgerError):
     """Anything that went wrong talking to the warehouse.
 
     ``code`` and ``name`` keep ClickHouse's own error code and name when the engine gave one.
+    ``bad_input``: the data sent were at fault (the driver could not serialise a value, or the
+    engine could not parse or convert one), not the warehouse (unreachable, a missing table,
+    out of memory): sending the same data again fails again.
     """
 
-    def __init__(self, message: str, code: int | None = None, name: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        code: int | None = None,
+        name: str | None = None,
+        bad_input: bool = False,
+    ):
         super().__init__(message)
         self.code = code
         self.name = name
+        self.bad_input = bad_input
+
+
+#: ClickHouse's codes for a value it cannot parse, convert or store (the data's fault).
+_BAD_INPUT_CODES = frozenset(
+    {
+        6,  # CANNOT_PARSE_TEXT
+        26,  # CANNOT_PARSE_QUOTED_STRING
+        27,  # CANNOT_PARSE_INPUT_ASSERTION_FAILED
+        38,  # CANNOT_PARSE_DATE
+        41,  # CANNOT_PARSE_DATETIME
+        53,  # TYPE_MISMATCH
+        69,  # ARGUMENT_OUT_OF_BOUND
+        70,  # CANNOT_CONVERT_TYPE
+        72,  # CANNOT_PARSE_NUMBER
+        117,  # INCORRECT_DATA
+        131,  # TOO_LARGE_STRING_SIZE
+        190,  # SIZES_OF_ARRAYS_DONT_MATCH
+        321,  # VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE
+        349,  # CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
+        469,  # VIOLATED_CONSTRAINT
+    }
+)
 
 
 class DataDirInUse(WarehouseError):
@@ -123,7 +155,8 @@ def _translate(exc: BaseException, dsn: str) -> WarehouseError:
     else:
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         msg = f"warehouse error at {safe}: {first}"
-    return WarehouseError(msg, code=code, name=name)
+    bad_input = isinstance(exc, DataError) or code in _BAD_INPUT_CODES
+    return WarehouseError(msg, code=code, name=name, bad_input=bad_input)
 
 
 def _redact(dsn: str) -> str:

@@ -24,46 +24,54 @@ The steps, and what each guarantees:
 4. Forget. The member ids are appended (fsync'd) to the accepted-ids log; then the member
    files and the manifest are removed.
 
+When a group's write fails and the warehouse does not answer, the group is retried, with
+backoff, until it is written: batches wait in the spool meanwhile, and ``/healthz`` reports
+the error. When the warehouse answers, a member's data may be at fault: the group is *split*
+(its manifest keeps the step that failed; the steps before it were written for every member)
+and its members are written one by one from that step, each under a token of its own. A member
+that fails for its data (a value the driver or the engine cannot take), or alone while others
+are written, is moved to ``rejected/`` with the error (``gpuledger quarantine rejected`` lists
+it, ``/healthz`` counts it), and the rest of the group is written; when every member fails
+alike, the failure is the warehouse's and the group is retried.
+
 After a crash at any point, the restarted server first replays every manifest left, with the
-same members, clock and token (ClickHouse's insert deduplication drops a re-insert of a group
-that was written), and only then forms new groups. A manifest whose members are partly gone
-was written and half forgotten; forgetting it is finished. A group the warehouse refuses is
-retried, with backoff, until it is written: batches wait in the spool meanwhile, and
-``/healthz`` reports the error. One process owns a spool directory (a lock file).
+same members, clock, token and split (ClickHouse's insert deduplication drops a re-insert of
+what was written), and only then forms new groups. A manifest with a member whose id is
+remembered was written and half forgotten; forgetting it is finished. A member gone from the
+spool otherwise (removed by hand) is lost: it is logged, and never remembered as written, so
+its agent's copy is taken if sent again; the others are written. A member that cannot be read
+is moved to ``rejected/``. One process owns a spool directory (a lock file).
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import datetime as dt
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any, Literal
 
-import numpy as np
 import polars as pl
 
 from collector.records import Batch
-from collector.spool import Spool, SpooledBatch, fsync_dir, write_durably
+from collector.spool import REJECTED, Spool, SpooledBatch, fsync_dir, write_durably
 from gpuledger_errors import ConfigError
 from warehouse.client import Warehouse
+from warehouse.ingest.accepted_ids import AcceptedIds
+from warehouse.ingest.group_steps import GroupWriteError
 from warehouse.ingest.metrics import ServerMetrics
-from warehouse.ingest.writer import Ingestor, content_id
+from warehouse.ingest.writer import Ingestor, IngestResult, content_id
 
 log = logging.getLogger(__name__)
 
 Outcome = Literal["accepted", "duplicate", "full"]
-_HOUR_S = 3600
 #: Parsed batches are kept in memory for the flusher up to this many (serialised) bytes;
 #: beyond it they are read back from the spool.
 _MEMORY_BYTES = 64 << 20
@@ -71,109 +79,6 @@ _MEMORY_BYTES = 64 << 20
 
 class CoalesceError(ConfigError):
     """The spool directory cannot be used (another process owns it, or it is not writable)."""
-
-
-class AcceptedIds:
-    """The ids of the batches written in the last ``window_s`` seconds, on disk and in memory.
-
-    One file per hour (``YYYYmmddHH.ids``, UTC) of 16-byte digests of the ids, appended and
-    fsync'd once per group; files older than the window are deleted. In memory each past hour
-    is a sorted array (16 bytes an id: a day at 100 batches/s is ~140 MB) and the current
-    hour a set. Thread-safe.
-    """
-
-    def __init__(
-        self,
-        directory: Path,
-        window_s: float,
-        clock: Callable[[], float] = time.time,
-    ):
-        self.directory = directory
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.window_s = window_s
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._sealed: dict[int, np.ndarray] = {}
-        self._hour = self._hour_of(clock())
-        self._current: set[bytes] = set()
-        for path in sorted(self.directory.glob("*.ids")):
-            hour = _hour_of_name(path.stem)
-            if hour is None:
-                continue
-            if self._expired(hour):
-                path.unlink()
-                continue
-            data = path.read_bytes()
-            digests = np.frombuffer(data[: len(data) // 16 * 16], dtype="S16")  # a torn tail
-            self._sealed[hour] = np.sort(digests)  # was not acknowledged; its group replays
-
-    @staticmethod
-    def _hour_of(seconds: float) -> int:
-        return int(seconds // _HOUR_S)
-
-    def _expired(self, hour: int) -> bool:
-        return (hour + 1) * _HOUR_S <= self.clock() - self.window_s
-
-    def __contains__(self, batch_id: object) -> bool:
-        if not isinstance(batch_id, str):
-            return False
-        digest = _digest(batch_id)
-        with self._lock:
-            if digest in self._current:
-                return True
-            return any(
-                np.searchsorted(arr, digest, "left") != np.searchsorted(arr, digest, "right")
-                for arr in self._sealed.values()
-            )
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._current) + sum(len(a) for a in self._sealed.values())
-
-    def add(self, batch_ids: Iterable[str]) -> None:
-        """Remember ``batch_ids`` as written; durable when this returns."""
-        digests = [_digest(b) for b in batch_ids]
-        with self._lock:
-            hour = self._hour_of(self.clock())
-            if hour != self._hour:
-                self._seal()
-                self._hour = hour
-            path = self.directory / f"{_hour_name(hour)}.ids"
-            new = not path.exists()
-            with open(path, "ab") as fh:
-                fh.write(b"".join(digests))
-                fh.flush()
-                os.fsync(fh.fileno())
-            if new:
-                fsync_dir(self.directory)
-            self._current.update(digests)
-            for old in [h for h in self._sealed if self._expired(h)]:
-                del self._sealed[old]
-                (self.directory / f"{_hour_name(old)}.ids").unlink(missing_ok=True)
-
-    def _seal(self) -> None:
-        if not self._current:
-            return
-        fresh = np.array(sorted(self._current), dtype="S16")
-        before = self._sealed.get(self._hour)
-        self._sealed[self._hour] = fresh if before is None else np.union1d(before, fresh)
-        self._current = set()
-
-
-def _digest(batch_id: str) -> bytes:
-    return hashlib.blake2b(batch_id.encode(), digest_size=16).digest()
-
-
-def _hour_name(hour: int) -> str:
-    return dt.datetime.fromtimestamp(hour * _HOUR_S, dt.UTC).strftime("%Y%m%d%H")
-
-
-def _hour_of_name(stem: str) -> int | None:
-    try:
-        when = dt.datetime.strptime(stem, "%Y%m%d%H").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return None
-    return int(when.timestamp()) // _HOUR_S
 
 
 def group_token(batch_ids: Iterable[str]) -> str:
@@ -206,6 +111,9 @@ class Group:
     received: float  # time.monotonic() when its oldest batch arrived (or the server started)
     #: (cluster, gpu_uuid) pairs checked as having no inventory; None: not asked yet
     unknown_gpus: list[tuple[str, str]] | None = None
+    #: Set once the group's write failed at this step while the warehouse answered: the group
+    #: is then written member by member from that step (see :meth:`Coalescer._split`).
+    resume_at: str | None = None
 
     @property
     def rows(self) -> int:
@@ -405,22 +313,48 @@ class Coalescer:
         """A spooled batch read back; one that cannot be read is moved to ``rejected/``."""
         try:
             return spooled.load()
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            folder = self.directory / "rejected"
-            with contextlib.suppress(OSError):
-                folder.mkdir(exist_ok=True)
-                shutil.copyfile(spooled.path, folder / spooled.path.name)
-                (folder / (spooled.path.name + ".reason")).write_text(f"{exc}\n")
-            self.spool.forget([spooled])
-            with self._cond:
-                self._pending.discard(spooled.batch_id)
-            log.error(
-                "spooled batch %s cannot be read (%s): moved to %s for an operator",
-                spooled.batch_id,
-                exc,
-                folder,
-            )
-            return None
+        except FileNotFoundError:
+            self._lost(spooled, "")
+        except (OSError, ValueError) as exc:  # a BatchFormatError is a ValueError
+            self._set_aside(spooled, f"the spooled batch cannot be read: {exc}")
+        return None
+
+    def _set_aside(self, spooled: SpooledBatch, reason: str) -> None:
+        """Move a batch that cannot be written to ``rejected/`` with ``reason`` (what
+        ``gpuledger quarantine rejected`` lists), durably, then take it out of the spool. Its
+        id is not remembered as written: the agent may send it again."""
+        folder = self.directory / REJECTED
+        target = folder / spooled.path.name
+        try:
+            folder.mkdir(exist_ok=True)
+            write_durably(target, spooled.path.read_bytes())
+            write_durably(target.with_suffix(".reason"), f"{reason}\n".encode())
+        except OSError as exc:
+            log.error("cannot keep batch %s in %s: %s", spooled.batch_id, folder, exc)
+        self.spool.forget([spooled])
+        with self._cond:
+            self._pending.discard(spooled.batch_id)
+        self.metrics.batches.labels("rejected").inc()
+        log.error(
+            "batch %s cannot be written and was moved to %s for an operator "
+            "(`gpuledger quarantine rejected` lists it): %s",
+            spooled.batch_id,
+            target,
+            reason,
+        )
+
+    def _lost(self, spooled: SpooledBatch, group: str) -> None:
+        """A batch accepted and gone from the spool before it was written (removed by hand):
+        it is said, and its id is not remembered, so the agent's copy is taken if sent again."""
+        with self._cond:
+            self._pending.discard(spooled.batch_id)
+        log.error(
+            "batch %s%s is missing from the spool %s and was never written: it is lost unless "
+            "its agent sends it again (its id is not remembered as written)",
+            spooled.batch_id,
+            f" of group {group}" if group else "",
+            self.directory,
+        )
 
     def _write_manifest(self, items: list[_Item]) -> Group:
         members = [i.spooled for i in items]
@@ -438,20 +372,34 @@ class Coalescer:
         return Group(path, token, now, members, batches, items[0].received)
 
     def _load_group(self, path: Path) -> Group | None:
-        """A manifest left by a crash, as a group to write again; None when it was written."""
+        """A manifest left by a crash, as a group to write again; None when it was written.
+
+        The ids of a written group's members are remembered all at once, before its files
+        are removed: a group with a member remembered was written, and forgetting it is
+        finished. Otherwise its members are written again, but for those gone from the spool:
+        moved to ``rejected/``, or removed by hand (lost: said, and not remembered as written,
+        so that the agent's copy is taken if it sends it again).
+        """
         token, now, names = _read_manifest(path)
+        body = json.loads(path.read_text(encoding="utf-8"))
         unknown = _manifest_unknown_gpus(path)
         members = [SpooledBatch(self.directory / name, bid) for name, bid in names]
-        rejected = self.directory / "rejected"
-        if any(not m.path.exists() and not (rejected / m.path.name).exists() for m in members):
-            self._forget(path, members)  # written, and forgetting it was cut short
+        if any(m.batch_id in self.accepted for m in members):
+            self._forget(path, [m for m in members if m.path.exists()])
             return None
         kept, batches = [], []
         for member in members:
-            batch = self._read(member) if member.path.exists() else None
+            if not member.path.exists():
+                if not (self.directory / REJECTED / member.path.name).exists():
+                    self._lost(member, path.name)
+                continue
+            batch = self._read(member)
             if batch is not None:
                 kept.append(member)
                 batches.append(batch)
+        if not kept:
+            self._forget(path, [])
+            return None
         log.warning(
             "group %s (%d batches) was not finished before the last stop: writing it again "
             "under token %s (whatever of it was written is dropped as a duplicate)",
@@ -459,7 +407,8 @@ class Coalescer:
             len(kept),
             token,
         )
-        return Group(path, token, now, kept, batches, self._started, unknown)
+        resume_at = body.get("resume_at")
+        return Group(path, token, now, kept, batches, self._started, unknown, resume_at)
 
     def _write_until_done(self, group: Group) -> bool:
         """Write ``group``, retrying with backoff; False when stopping gave up on it."""
@@ -473,15 +422,17 @@ class Coalescer:
             except Exception as exc:  # the flusher must outlive any one failure
                 self.metrics.flush_failures.inc()
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                self._ingestor = Ingestor(  # forget cached table metadata
+                    self._ingestor.wh, self._retention_days, now=lambda: self._clock
+                )
+                if self._split(group, exc):
+                    continue  # at once, member by member
                 log.error(
                     "writing group %s (%d batches) failed, retrying in %.1f s: %s",
                     group.manifest.name,
                     len(group.members),
                     delay,
                     self.last_error,
-                )
-                self._ingestor = Ingestor(  # forget cached table metadata
-                    self._ingestor.wh, self._retention_days, now=lambda: self._clock
                 )
             with self._cond:
                 if self._stopping and time.monotonic() + delay > self._give_up_at:
@@ -499,7 +450,10 @@ class Coalescer:
             if unknown:  # an empty answer cannot change: inventory only ever arrives
                 _keep_unknown_gpus(group.manifest, unknown)
             group.unknown_gpus = unknown
-        result = self._ingestor.write_group(pairs, group.token, group.unknown_gpus)
+        if group.resume_at is None:
+            result = self._ingestor.write_group(pairs, group.token, group.unknown_gpus)
+        else:
+            result = self._write_members(group)
         self.metrics.seconds.observe(time.perf_counter() - started)
         self.metrics.group_batches.observe(len(group.members))
         self.metrics.group_rows.observe(group.rows)
@@ -509,6 +463,77 @@ class Coalescer:
         self._forget(group.manifest, group.members)
         self.groups_written += 1
         self.last_error = None
+
+    # -- a group that fails while the warehouse answers -----------------------------------------
+    def _split(self, group: Group, exc: Exception) -> bool:
+        """After ``group``'s write failed: when the warehouse answers, a member's data may be at
+        fault, so the group is to be written member by member from the step that failed (kept
+        in its manifest, so a restart does the same); True when it was split now.
+
+        The steps before the one that failed were written for every member under the group's
+        token; each member then writes the rest under a token of its own. Splitting a group
+        whose failure was the warehouse's (a missing table, memory) costs nothing but inserts.
+        """
+        if group.resume_at is not None or not isinstance(exc, GroupWriteError):
+            return False
+        if not self._warehouse_answers():
+            return False
+        _update_manifest(group.manifest, resume_at=exc.step)
+        group.resume_at = exc.step
+        log.warning(
+            "group %s (%d batches) failed at %s while the warehouse answers: writing its "
+            "batches one by one from there, to set aside any that cannot be written (%s)",
+            group.manifest.name,
+            len(group.members),
+            exc.step,
+            exc,
+        )
+        return True
+
+    def _write_members(self, group: Group) -> IngestResult:
+        """Write a split group member by member from ``group.resume_at``. A member that fails
+        for its data (a value the driver or the engine cannot take), or that fails alone while
+        others of the group are written, is set aside in ``rejected/`` with the error; when
+        every member fails for another reason, the failure is the warehouse's: raised, and the
+        group retried."""
+        result = IngestResult()
+        faults: list[tuple[SpooledBatch, Exception]] = []
+        written = 0
+        for member, batch in list(zip(group.members, group.batches, strict=True)):
+            try:
+                result += self._ingestor.write_group(
+                    [(member.batch_id, batch)],
+                    f"{group.token}:{member.batch_id}",
+                    group.unknown_gpus,
+                    resume_at=group.resume_at,
+                )
+                written += 1
+            except Exception as exc:
+                if not self._warehouse_answers():
+                    raise
+                if getattr(exc, "bad_input", False):
+                    self._reject(group, member, exc)
+                else:
+                    faults.append((member, exc))
+        if faults and not written:
+            raise faults[0][1]
+        for member, fault in faults:
+            self._reject(group, member, fault)
+        return result
+
+    def _reject(self, group: Group, member: SpooledBatch, exc: Exception) -> None:
+        """Set ``member`` aside, then take it out of ``group`` and of its manifest."""
+        self._set_aside(member, f"writing it failed: {type(exc).__name__}: {exc}")
+        at = group.members.index(member)
+        del group.members[at], group.batches[at]
+        _update_manifest(group.manifest, members=[[m.path.name, m.batch_id] for m in group.members])
+
+    def _warehouse_answers(self) -> bool:
+        try:
+            self._ingestor.wh.rows("SELECT 1")
+        except Exception:  # any failure to answer is the warehouse's
+            return False
+        return True
 
     def _forget(self, manifest: Path, members: list[SpooledBatch]) -> None:
         ids = [m.batch_id for m in members]
@@ -541,6 +566,7 @@ class Coalescer:
             "oldest_pending_s": round(self.oldest_pending_s(), 3),
             "flusher": "running" if alive else "stopped",
             "last_error": self.last_error,
+            "rejected_batches": sum(1 for _ in (self.directory / REJECTED).glob("*.batch")),
         }
 
 
@@ -559,8 +585,13 @@ def _manifest_unknown_gpus(path: Path) -> list[tuple[str, str]] | None:
 
 def _keep_unknown_gpus(path: Path, unknown: list[tuple[str, str]]) -> None:
     """Add the GPUs a group's check found without inventory to its manifest (fsync'd)."""
+    _update_manifest(path, unknown_gpus=[list(k) for k in unknown])
+
+
+def _update_manifest(path: Path, **changes: Any) -> None:
+    """Change fields of a group's manifest, durably."""
     body = json.loads(path.read_text(encoding="utf-8"))
-    body["unknown_gpus"] = [list(k) for k in unknown]
+    body.update(changes)
     write_durably(path, json.dumps(body).encode())
 
 

@@ -71,6 +71,12 @@ def coerce_samples(
     return frame.filter(~bad), [reject for _row, reject in rejects]
 
 
+def sample_misfits(samples: pl.DataFrame) -> list[tuple[int, str, str, str]]:
+    """(row, field, value, reason) of each sample with a value that does not fit
+    SAMPLE_SCHEMA (what :func:`coerce_samples` rejects), without writing anything."""
+    return [(row, f, v, r) for row, (f, v, r, _payload) in _coerce(samples)[2]]
+
+
 def _coerce(
     samples: pl.DataFrame | Sequence[GpuSample],
 ) -> tuple[pl.DataFrame, pl.Series | None, list[tuple[int, tuple[str, str, str, str]]]]:

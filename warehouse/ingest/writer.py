@@ -68,6 +68,7 @@ from warehouse.ingest.checks import (
     check_tenant,
     text_of,
 )
+from warehouse.ingest.group_steps import GROUP_STEPS, attributed
 from warehouse.ingest.known_gpus import (
     GpuKey,
     KnownGpus,
@@ -439,6 +440,8 @@ class Ingestor:
         members: Sequence[tuple[str, Batch]],
         token: str,
         unknown_gpus: Iterable[Sequence[str]] | None = None,
+        *,
+        resume_at: str | None = None,
     ) -> IngestResult:
         """Write several batches (``(batch id, batch)`` pairs) with one insert per table.
 
@@ -455,6 +458,11 @@ class Ingestor:
         be dropped with the group's duplicate insert: whoever writes a group again passes the
         first answer (the coalescer keeps a non-empty one in the group's manifest; an empty
         one cannot change).
+
+        The writes are the :data:`GROUP_STEPS`, in order; one that fails raises
+        :class:`GroupWriteError` naming it (the steps before it are written). ``resume_at``
+        skips the steps before it: the coalescer writes a group that failed member by member
+        from the step that failed, the earlier ones having been written for every member.
         """
         now = self.now()
         result = IngestResult()
@@ -463,6 +471,7 @@ class Ingestor:
         else:
             unknown = {(str(c), str(u)) for c, u in unknown_gpus}
         held: list[tuple[Any, ...]] = []
+        todo = GROUP_STEPS[GROUP_STEPS.index(resume_at) :] if resume_at else GROUP_STEPS
 
         def keep(kind: str, batch_id: str, source: str, rejects: Rejects) -> None:
             held.extend(_quarantine_rows(now, kind, batch_id, source, rejects))
@@ -471,28 +480,33 @@ class Ingestor:
         checks = self._checks(now, unknown)
         for attr, suffix, kind, table, columns, row in _RECORD_KINDS.values():
             good: list[Sequence[Any]] = []
-            for member, batch in members:
-                rows, rejects = _split_records(getattr(batch, attr), checks[attr], row)
-                good.extend(rows)
-                if rejects:
-                    keep(kind, f"{member}:{suffix}", "", rejects)
-            self._insert(table, columns, good, f"{token}:{table}")
+            with attributed(table):
+                for member, batch in members:
+                    rows, rejects = _split_records(getattr(batch, attr), checks[attr], row)
+                    good.extend(rows)
+                    if rejects:
+                        keep(kind, f"{member}:{suffix}", "", rejects)
+                if table in todo:
+                    self._insert(table, columns, good, f"{token}:{table}")
             if table == "gpu_inventory_log":
                 self.known_gpus.add(_inventory_keys(good))
             if good:
                 result.written[table] += len(good)
-            if attr == "job_events":
-                self._derive_allocations(e for _m, b in members for e in b.job_events)
-        samples = self._group_samples(members, now, keep, frame_checks(unknown))
-        if samples.height:
-            self.wh.insert_arrow(
-                "gpu_samples", samples.to_arrow(), settings=_dedup(f"{token}:gpu_samples")
-            )
-            result.written["gpu_samples"] += samples.height
+            if attr == "job_events" and "allocations" in todo:
+                with attributed("allocations"):
+                    self._derive_allocations(e for _m, b in members for e in b.job_events)
+        with attributed("gpu_samples"):
+            samples = self._group_samples(members, now, keep, frame_checks(unknown))
+            if samples.height and "gpu_samples" in todo:
+                self.wh.insert_arrow(
+                    "gpu_samples", samples.to_arrow(), settings=_dedup(f"{token}:gpu_samples")
+                )
+        result.written["gpu_samples"] += samples.height
         for member, batch in members:
             for (kind, source), unparsed in _rejects_by_source(batch.rejects).items():
                 keep(kind, f"{member}:rejects:{source}", source, unparsed)
-        self._insert("quarantine", _QUARANTINE_COLUMNS, held, f"{token}:quarantine")
+        with attributed("quarantine"):
+            self._insert("quarantine", _QUARANTINE_COLUMNS, held, f"{token}:quarantine")
         return result
 
     def _group_samples(

@@ -57,8 +57,9 @@ KINDS: dict[str, Any] = {
     "processes": GpuProcess,
     "health": GpuHealth,
 }
-#: What samples may decompress to, by default (a spool reads back what the server accepted).
+#: What samples may decompress to, by default; UNBOUNDED: no limit.
 DEFAULT_MAX_DECODED_BYTES = 1 << 30
+UNBOUNDED = 1 << 62
 _ARROW_MAGIC = b"ARROW1"
 
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from collector.frame import dump_batch, load_batch
+from collector.frame import UNBOUNDED, dump_batch, load_batch
 from collector.records import Batch
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,9 @@ class SpooledBatch:
     batch_id: str
 
     def load(self) -> Batch:
-        return load_batch(self.path.read_bytes())
+        """The batch; a spool holds what its writer made or accepted, so its samples are not
+        held to a decompressed size again (``gpuledger serve`` bounds them as they arrive)."""
+        return load_batch(self.path.read_bytes(), max_decoded_bytes=UNBOUNDED)
 
 
 class Spool:

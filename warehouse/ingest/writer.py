@@ -501,7 +501,8 @@ class Ingestor:
                 self.wh.insert_arrow(
                     "gpu_samples", samples.to_arrow(), settings=_dedup(f"{token}:gpu_samples")
                 )
-        result.written["gpu_samples"] += samples.height
+        if samples.height:
+            result.written["gpu_samples"] += samples.height
         for member, batch in members:
             for (kind, source), unparsed in _rejects_by_source(batch.rejects).items():
                 keep(kind, f"{member}:rejects:{source}", source, unparsed)

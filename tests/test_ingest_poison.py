@@ -291,17 +291,43 @@ def rejected(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[st
     return listed
 
 
+#: Ways to make the engine refuse one batch's inventory, standing in for any value the checks
+#: let through and the engine refuses: (the change, its undo, what the error says, passes).
+REFUSALS = {
+    # a data error (VIOLATED_CONSTRAINT): set aside at once
+    "constraint": (
+        "ADD CONSTRAINT no_bad_node CHECK node != 'bad'",
+        "DROP CONSTRAINT no_bad_node",
+        "no_bad_node",
+        1,
+    ),
+    # another error (FUNCTION_THROW_IF_VALUE_IS_NON_ZERO): set aside once it failed alone,
+    # while the others were written, three passes in a row
+    "throwIf": (
+        "ADD COLUMN boom UInt8 DEFAULT throwIf(node = 'bad', 'no bad node')",
+        "DROP COLUMN boom",
+        "no bad node",
+        3,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "undo", "error", "passes"), REFUSALS.values(), ids=list(REFUSALS)
+)
 def test_a_batch_that_fails_when_written_is_set_aside_and_its_group_written(
-    served: Served, capsys: pytest.CaptureFixture[str]
+    served: Served,
+    capsys: pytest.CaptureFixture[str],
+    change: str,
+    undo: str,
+    error: str,
+    passes: int,
 ) -> None:
-    """The engine refuses one batch's inventory (a table constraint stands in for any value
-    the checks let through and the engine refuses): that batch goes to rejected/ with the
-    error, the others of its group are written once — the steps written for the group before
-    the failure too — and its id is not remembered, so it can be sent again."""
+    """The engine refuses one batch's inventory: that batch goes to rejected/ with the error,
+    the others of its group are written once — the steps written for the group before the
+    failure too — and its id is not remembered, so it can be sent again."""
     db = served.wh.database
-    served.wh.command(
-        f"ALTER TABLE {db}.gpu_inventory_log ADD CONSTRAINT no_bad_node CHECK node != 'bad'"
-    )
+    served.wh.command(f"ALTER TABLE {db}.gpu_inventory_log {change}")
     node = NodeInventory(T, "c1", "p", "n1", "H100", 2)
     group = [
         ("n1:0", poll("n1", 0, gpus=gpus_of("n1"), nodes=[node])),
@@ -313,13 +339,17 @@ def test_a_batch_that_fails_when_written_is_set_aside_and_its_group_written(
     assert served.count("node_inventory_log") == 1  # written by the group, before the failure
     assert served.count("gpu_inventory_log") == 2
     assert served.count("gpu_samples") == 2 * 2
+    failures = served.coalescer.metrics.registry.get_sample_value(
+        "gpuledger_ingest_flush_failures_total"
+    )
+    assert failures == passes  # the group's failure, then each pass retried before the set-aside
     health = served.health()
     assert health["status"] == "ok" and health["rejected_batches"] == 1
     assert health["spool_batches"] == 0
     (kept,) = rejected(served.data_dir, capsys)
     assert kept["spool"] == "server" and kept["batch_id"] == "bad:0"
-    assert "writing it failed" in str(kept["reason"]) and "no_bad_node" in str(kept["reason"])
-    served.wh.command(f"ALTER TABLE {db}.gpu_inventory_log DROP CONSTRAINT no_bad_node")
+    assert "writing it failed" in str(kept["reason"]) and error in str(kept["reason"])
+    served.wh.command(f"ALTER TABLE {db}.gpu_inventory_log {undo}")
     again = served.post("bad:0", Path(str(kept["file"])).read_bytes())
     assert again.status_code == 202  # not "duplicate": it was never written
     served.flush()

@@ -30,9 +30,9 @@ the error. When the warehouse answers, a member's data may be at fault: the grou
 (its manifest keeps the step that failed; the steps before it were written for every member)
 and its members are written one by one from that step, each under a token of its own. A member
 that fails for its data (a value the driver or the engine cannot take), or alone while others
-are written, is moved to ``rejected/`` with the error (``gpuledger quarantine rejected`` lists
-it, ``/healthz`` counts it), and the rest of the group is written; when every member fails
-alike, the failure is the warehouse's and the group is retried.
+are written (three passes in a row), is moved to ``rejected/`` with the error (``gpuledger
+quarantine rejected`` lists it, ``/healthz`` counts it), and the rest of the group is written;
+when every member fails alike, the failure is the warehouse's and the group is retried.
 
 After a crash at any point, the restarted server first replays every manifest left, with the
 same members, clock, token and split (ClickHouse's insert deduplication drops a re-insert of
@@ -72,6 +72,9 @@ from warehouse.ingest.writer import Ingestor, IngestResult, content_id
 log = logging.getLogger(__name__)
 
 Outcome = Literal["accepted", "duplicate", "full"]
+#: A member of a split group that fails this many passes in a row while others are written is
+#: set aside (a failure that is the data's by its error is set aside at once).
+_FAILED_ALONE = 3
 #: Parsed batches are kept in memory for the flusher up to this many (serialised) bytes;
 #: beyond it they are read back from the spool.
 _MEMORY_BYTES = 64 << 20
@@ -114,6 +117,8 @@ class Group:
     #: Set once the group's write failed at this step while the warehouse answered: the group
     #: is then written member by member from that step (see :meth:`Coalescer._split`).
     resume_at: str | None = None
+    #: Passes in a row in which a member failed while others were written, by batch id.
+    failed_alone: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
     @property
     def rows(self) -> int:
@@ -491,11 +496,14 @@ class Coalescer:
         return True
 
     def _write_members(self, group: Group) -> IngestResult:
-        """Write a split group member by member from ``group.resume_at``. A member that fails
-        for its data (a value the driver or the engine cannot take), or that fails alone while
-        others of the group are written, is set aside in ``rejected/`` with the error; when
-        every member fails for another reason, the failure is the warehouse's: raised, and the
-        group retried."""
+        """Write a split group member by member from ``group.resume_at``.
+
+        A member that fails for its data (a value the driver or the engine cannot take) is set
+        aside in ``rejected/`` with the error. One that fails otherwise while others of the
+        group are written is retried with the group (the others are dropped as duplicates),
+        and set aside once that has happened ``_FAILED_ALONE`` passes in a row: the failure is
+        its own. When every member fails so, the failure is the warehouse's: the group is
+        retried. A warehouse that stops answering stops the pass (the group is retried)."""
         result = IngestResult()
         faults: list[tuple[SpooledBatch, Exception]] = []
         written = 0
@@ -517,8 +525,15 @@ class Coalescer:
                     faults.append((member, exc))
         if faults and not written:
             raise faults[0][1]
+        again: list[Exception] = []
         for member, fault in faults:
-            self._reject(group, member, fault)
+            group.failed_alone[member.batch_id] += 1
+            if group.failed_alone[member.batch_id] >= _FAILED_ALONE:
+                self._reject(group, member, fault)
+            else:
+                again.append(fault)
+        if again:
+            raise again[0]
         return result
 
     def _reject(self, group: Group, member: SpooledBatch, exc: Exception) -> None:

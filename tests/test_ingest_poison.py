@@ -30,7 +30,15 @@ from conftest import recent
 from werkzeug.serving import make_server
 
 from collector.frame import MAGIC, dump_batch
-from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample, JobEvent, NodeInventory
+from collector.records import (
+    SAMPLE_SCHEMA,
+    Batch,
+    GpuInventory,
+    GpuSample,
+    JobEvent,
+    NodeInventory,
+    Reject,
+)
 from gpuledger.cli import main
 from gpuledger.server import register
 from warehouse.client import Warehouse
@@ -416,3 +424,16 @@ def test_replies_to_a_batch_name_at_most_100_problems(served: Served) -> None:
     bad = [g._replace(gpu_index=-1) for g in gpus_of("n1", 150)]
     reply = served.post("n1:0", dump_batch(Batch(gpus=bad))).json()
     assert reply["quarantined"] == 150 and len(reply["problems"]) == 100
+
+
+def test_a_source_s_reject_of_any_shape_is_quarantined_as_text(served: Served) -> None:
+    """A source's rejects are quarantine rows already: fields that are not text (or text with
+    an unpaired surrogate, which JSON lets through) are kept as text instead of failing."""
+    odd = Reject(123, {"k": 1}, "line", None, "bad \ud800 text", ["raw"])  # type: ignore[arg-type]
+    reply = served.post("n1:0", dump_batch(poll("n1", 0, gpus=gpus_of("n1"), rejects=[odd])))
+    assert reply.status_code == 202
+    served.flush()
+    assert served.wh.rows(
+        f"SELECT source, kind, field, value, reason, payload FROM {served.wh.database}.quarantine"
+    ) == [("123", "{'k': 1}", "line", "None", "bad \\ud800 text", "('raw',)")]
+    assert served.count("gpu_samples") == 2 and served.health()["status"] == "ok"

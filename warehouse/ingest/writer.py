@@ -459,10 +459,11 @@ class Ingestor:
         first answer (the coalescer keeps a non-empty one in the group's manifest; an empty
         one cannot change).
 
-        The writes are the :data:`GROUP_STEPS`, in order; one that fails raises
-        :class:`GroupWriteError` naming it (the steps before it are written). ``resume_at``
-        skips the steps before it: the coalescer writes a group that failed member by member
-        from the step that failed, the earlier ones having been written for every member.
+        The writes are the ``GROUP_STEPS`` (:mod:`warehouse.ingest.group_steps`), in order;
+        one that fails raises a ``GroupWriteError`` naming it (the steps before it are
+        written). ``resume_at`` skips the steps before it: the coalescer writes a group that
+        failed member by member from the step that failed, the earlier ones having been
+        written for every member.
         """
         now = self.now()
         result = IngestResult()
@@ -632,9 +633,9 @@ def _rejects_by_source(rejects: Sequence[Reject]) -> dict[tuple[str, str], Rejec
     carries what the agent sent) is kept as its ``repr``."""
     by_kind: dict[tuple[str, str], Rejects] = {}
     for r in rejects:
-        source, kind, field, value, reason = (text_of(v, 1000) for v in r[:5])
+        source, kind, field, value = (text_of(v, 1000) for v in r[:4])
         by_kind.setdefault((kind, source), []).append(
-            (field, value, reason, text_of(r.payload, 65536))
+            (field, value, text_of(r.reason, 65536), text_of(r.payload, 65536))
         )
     return by_kind
 

@@ -488,6 +488,8 @@ def test_accepted_ids_last_the_window_and_survive_restarts(tmp_path: Path) -> No
         ("COALESCE_MAX_MS", "-5", "server.coalesce_max_ms -5 must be within 0-60000"),
         ("SPOOL_MAX_BYTES", "1000", "server.spool_max_bytes must be at least 1 MiB"),
         ("DEDUP_WINDOW_S", "10", "server.dedup_window_s 10 must be at least 60"),
+        ("MAX_BODY_BYTES", "1000", "server.max_body_bytes 1000 must be at least 1 MiB"),
+        ("MAX_BODY_BYTES", str(2 << 30), "at most server.spool_max_bytes (1073741824)"),
     ],
 )
 def test_server_settings_are_validated(key: str, value: str, message: str) -> None:

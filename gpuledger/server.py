@@ -86,9 +86,9 @@ def register(
             if token is None:
                 metrics.batches.labels("unauthorized").inc()
                 denials.note("", why)
-                reply = flask.jsonify(error=why)
-                reply.headers["WWW-Authenticate"] = 'Bearer realm="gpuledger ingest"'
-                return reply, 401
+                refused = flask.jsonify(error=why)
+                refused.headers["WWW-Authenticate"] = 'Bearer realm="gpuledger ingest"'
+                return refused, 401
         batch_id = flask.request.headers.get("X-Batch-Id", "")
         if not batch_id or not id_fits(batch_id):
             return _refused(

@@ -28,7 +28,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuledger.collect_commands import cmd_agent, cmd_collect
 from gpuledger.commands import (
@@ -59,10 +59,28 @@ COMMON_DEFAULTS: dict[str, Any] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (usage, then one ``error:`` line, exit 2), but with that line kept one
+    line: a few of its messages hold arguments as typed (``unrecognized arguments: ...``),
+    and an argument may hold a line break. Subparsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(_escape_breaks(message))
+
+
+#: The characters that end a line (those ``str.splitlines`` splits at).
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _escape_breaks(text: str) -> str:
+    """``text`` with each character that ends a line written as its escape (``\\n``)."""
+    return "".join(ascii(c)[1:-1] if c in _LINE_BREAKS else c for c in text)
+
+
 def _parser() -> argparse.ArgumentParser:
     # SUPPRESS: a subcommand's parser would otherwise overwrite an option given before the
     # subcommand with its default (`gpuledger --data-dir D sql ...`); _parse fills them in.
-    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument("--config", help="TOML settings file")
     common.add_argument(
         "--data-dir", help="embedded warehouse directory (default ./gpuledger-data)"
@@ -75,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="on an error, print its traceback, not one line"
     )
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpuledger",
         description="Observability and cost allocation for shared GPU clusters.",
         parents=[common],
@@ -297,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("urllib3", "clickhouse_connect"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
+        _utf8_only(sys.argv[1:] if argv is None else argv)
         return COMMANDS[args.command](_settings(args), args)
     except GpuledgerError as exc:
         if args.debug:
@@ -310,6 +329,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader (`| head`) has gone: what it wanted it has; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _utf8_only(argv: Sequence[str]) -> None:
+    """Refuse an argument that holds bytes that are not UTF-8 (the interpreter hands them over
+    as lone surrogates, which no query, file or warehouse value can hold)."""
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(
+                f"argument {arg!r} is not UTF-8 text (the \\udcXX are bytes that are not): "
+                "type it again in UTF-8"
+            ) from None
 
 
 def _one_line(exc: GpuledgerError) -> str:

@@ -14,9 +14,11 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from gpuledger.collect_commands import start_embedded_collectors
+from gpuledger.inputs import day, instant
 from gpuledger.output import format_duration, format_rows
 from gpuledger.settings import Settings, SettingsError
 from gpuledger_errors import InputError
+from warehouse.times import FIRST_INSTANT
 
 if TYPE_CHECKING:
     from warehouse.ledger import IdleRule, Ledger
@@ -171,14 +173,7 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
     from warehouse.ingest.writer import Ingestor, IngestResult
 
-    try:
-        start = dt.datetime.fromisoformat(args.start)
-    except ValueError:
-        raise InputError(
-            f"--start {args.start!r} is not an ISO time such as 2026-01-01T00:00:00+00:00"
-        ) from None
-    if start.tzinfo is None:
-        raise InputError(f"--start {args.start!r} has no UTC offset: add one, e.g. +00:00")
+    start = instant(args.start, "--start", "2026-01-01T00:00:00+00:00", offset=True)
     extra = {"cluster": args.cluster} if args.cluster else {}
     if args.trace == "alibaba-v2023":
         batches = traces.alibaba_v2023(args.nodes, args.pods, start, **extra)
@@ -200,14 +195,6 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _day(text: str, flag: str) -> dt.datetime:
-    try:
-        day = dt.date.fromisoformat(text)
-    except ValueError:
-        raise InputError(f"{flag} {text!r} is not a date: use YYYY-MM-DD") from None
-    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
-
-
 def _now() -> dt.datetime:
     """The one place the commands read the clock; everything below takes ``now``."""
     return dt.datetime.now(dt.UTC)
@@ -223,8 +210,8 @@ def cmd_ledger(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
     from warehouse.ledger import Window, compute_ledger, load_price_book
 
-    first = _day(args.date_from, "--from").date()
-    last = _day(args.date_to, "--to").date()
+    first = day(args.date_from, "--from").date()
+    last = day(args.date_to, "--to").date()
     wh = open_warehouse(settings, must_exist=True)
     ledger = compute_ledger(
         wh,
@@ -317,8 +304,8 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
     from warehouse.ledger import seal_days
 
-    since = _day(args.since, "--since").date() if args.since else None
-    until = (_day(args.until, "--until") + dt.timedelta(days=1)).date() if args.until else None
+    since = day(args.since, "--since").date() if args.since else None
+    until = (day(args.until, "--until") + dt.timedelta(days=1)).date() if args.until else None
     if since and until and until <= since:
         raise InputError(
             f"--since {args.since} is after --until {args.until}: put --since first "
@@ -367,13 +354,7 @@ def _fixed(value: Any) -> Any:
 
 
 def _at(text: str | None, now: dt.datetime) -> dt.datetime:
-    if not text:
-        return now
-    try:
-        at = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise InputError(f"--at {text!r} is not an ISO time such as 2026-11-30T12:00") from None
-    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+    return instant(text, "--at", "2026-11-30T12:00") if text else now
 
 
 def _cluster(wh: Any, given: str, *, one: bool = True) -> str:
@@ -404,8 +385,13 @@ def cmd_queues(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
     from warehouse.analytics import queues
 
-    start = _day(args.date_from, "--from")
-    end = _day(args.date_to, "--to") + dt.timedelta(days=1)
+    start = day(args.date_from, "--from")
+    end = day(args.date_to, "--to") + dt.timedelta(days=1)
+    if end <= start:
+        raise InputError(
+            f"the window is empty: --to {args.date_to} is before --from {args.date_from}; "
+            "put --from before --to"
+        )
     wh = open_warehouse(settings, must_exist=True)
     by = (args.by,)
     cluster = _cluster(wh, args.cluster)
@@ -440,11 +426,18 @@ def cmd_fragmentation(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
     from warehouse.analytics.fragmentation import fragmentation_at
 
+    at = _at(args.at, _now())
+    most = (at - FIRST_INSTANT) / dt.timedelta(days=1)
+    if not 0 < args.window_days <= most:  # NaN too
+        raise InputError(
+            f"--window-days {args.window_days:g} must be more than 0 and reach back no "
+            f"further than {FIRST_INSTANT:%Y-%m-%d} ({most:.0f} days before --at)"
+        )
     wh = open_warehouse(settings, must_exist=True)
     report = fragmentation_at(
         wh,
         _cluster(wh, args.cluster),
-        _at(args.at, _now()),
+        at,
         window=dt.timedelta(days=args.window_days),
         scope=args.scope,
     )

@@ -32,7 +32,7 @@ def open_warehouse(
     rather than creating an empty one and answering from it."""
     w = settings.warehouse
     data_dir = Path(w.data_dir).expanduser()
-    if must_exist and not w.dsn and not (data_dir.is_dir() and any(data_dir.iterdir())):
+    if must_exist and not w.dsn and not _holds_files(data_dir):
         raise InputError(
             f"there is no warehouse in {w.data_dir}: give the right --data-dir (or --dsn), or "
             "fill this one with `gpuledger demo`, `gpuledger import` or `gpuledger serve`"
@@ -46,3 +46,13 @@ def open_warehouse(
     if apply_migrations:
         migrate(wh, render_options(settings))
     return wh
+
+
+def _holds_files(data_dir: Path) -> bool:
+    try:
+        return data_dir.is_dir() and any(data_dir.iterdir())
+    except OSError as exc:  # a name too long, a directory not readable
+        raise InputError(
+            f"cannot read the data directory {str(data_dir)!r}: {exc.strerror}; give the "
+            "right --data-dir (or --dsn)"
+        ) from None

@@ -33,7 +33,7 @@ def open_warehouse(
     rather than creating an empty one and answering from it."""
     w = settings.warehouse
     data_dir = Path(w.data_dir).expanduser()
-    if must_exist and not w.dsn and not (data_dir.is_dir() and any(data_dir.iterdir())):
+    if must_exist and not w.dsn and not _holds_files(data_dir):
         raise InputError(
             f"there is no warehouse in {w.data_dir}: give the right --data-dir (or --dsn), or "
             "fill this one with `gpuledger demo`, `gpuledger import` or `gpuledger serve`"
@@ -69,3 +69,13 @@ def reading_warehouse(settings: Settings, wh: Warehouse | None) -> Warehouse:
     process's own, for a command sent to it; see :mod:`gpuledger.forward`), else the
     configured one, which must exist."""
     return wh if wh is not None else open_warehouse(settings, must_exist=True)
+
+
+def _holds_files(data_dir: Path) -> bool:
+    try:
+        return data_dir.is_dir() and any(data_dir.iterdir())
+    except OSError as exc:  # a name too long, a directory not readable
+        raise InputError(
+            f"cannot read the data directory {str(data_dir)!r}: {exc.strerror}; give the "
+            "right --data-dir (or --dsn)"
+        ) from None

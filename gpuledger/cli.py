@@ -57,7 +57,7 @@ from gpuledger.parser import parse
 from gpuledger.quarantine_commands import cmd_quarantine
 from gpuledger.serve_commands import cmd_demo, cmd_serve
 from gpuledger.settings import Settings, load_settings
-from gpuledger_errors import GpuledgerError
+from gpuledger_errors import GpuledgerError, InputError
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -107,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("urllib3", "clickhouse_connect"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
+        _utf8_only(sys.argv[1:] if argv is None else argv)
         settings = _settings(args)
         answer = ask_owner(settings, args, sys.argv[1:] if argv is None else argv)
         if answer is not None:
@@ -127,6 +128,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader (`| head`) has gone: what it wanted it has; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _utf8_only(argv: Sequence[str]) -> None:
+    """Refuse an argument that holds bytes that are not UTF-8 (the interpreter hands them over
+    as lone surrogates, which no query, file or warehouse value can hold)."""
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(
+                f"argument {arg!r} is not UTF-8 text (the \\udcXX are bytes that are not): "
+                "type it again in UTF-8"
+            ) from None
 
 
 def _show(answer: Reply) -> int:

@@ -106,11 +106,9 @@ def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any =
         return build_sources(settings, nvml=False, dcgm_targets=targets)[0]
     mapper = _tenant_mapper(settings, warehouse_rules)
     if args.source == "slurm":
-        import shlex
-
         from collector.slurm.collector import SlurmCollector
 
-        return SlurmCollector(settings.agent.cluster, mapper, sacct=shlex.split(args.sacct))
+        return SlurmCollector(settings.agent.cluster, mapper, sacct=_command(args.sacct))
     import kubernetes
 
     from collector.kubernetes.collector import KubernetesCollector
@@ -126,6 +124,11 @@ def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any =
                 api = kubernetes.config.new_client_from_config()
     except (kubernetes.config.ConfigException, OSError) as exc:
         raise SettingsError(f"no Kubernetes configuration: {exc}; pass --kubeconfig") from None
+    except Exception as exc:  # the loader trips over a file that is not a kubeconfig
+        raise SettingsError(
+            f"{args.kubeconfig or '~/.kube/config'} is not a kubeconfig "
+            f"({type(exc).__name__}: {exc}): pass the cluster's kubeconfig with --kubeconfig"
+        ) from None
     return KubernetesCollector(
         api,
         settings.agent.cluster,
@@ -133,6 +136,22 @@ def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any =
         state_dir=settings.kubernetes_state_dir,
         state_save_interval_s=settings.kubernetes.state_save_interval_s,
     )
+
+
+def _command(text: str) -> list[str]:
+    """A command given as one argument (``--sacct "ssh login1 sacct"``), split as a shell
+    splits it."""
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise SettingsError(
+            f"--sacct {text!r} is not a command line ({exc}): quote it as a shell would"
+        ) from None
+    if not words:
+        raise SettingsError("--sacct is empty: give the sacct command, e.g. /usr/bin/sacct")
+    return words
 
 
 def _run_foreground(settings: Settings, sources: list[Any], once: bool) -> int:

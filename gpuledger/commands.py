@@ -13,9 +13,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gpuledger.inputs import day, instant
 from gpuledger.output import format_duration, format_rows
 from gpuledger.settings import Settings
 from gpuledger_errors import InputError
+from warehouse.times import FIRST_INSTANT
 
 if TYPE_CHECKING:
     from warehouse.client import Warehouse
@@ -220,14 +222,7 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
     from warehouse.ingest.writer import Ingestor, IngestResult
 
-    try:
-        start = dt.datetime.fromisoformat(args.start)
-    except ValueError:
-        raise InputError(
-            f"--start {args.start!r} is not an ISO time such as 2026-01-01T00:00:00+00:00"
-        ) from None
-    if start.tzinfo is None:
-        raise InputError(f"--start {args.start!r} has no UTC offset: add one, e.g. +00:00")
+    start = instant(args.start, "--start", "2026-01-01T00:00:00+00:00", offset=True)
     extra = {"cluster": args.cluster} if args.cluster else {}
     if args.trace == "alibaba-v2023":
         batches = traces.alibaba_v2023(args.nodes, args.pods, start, **extra)
@@ -247,14 +242,6 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
         print(f"  {table:<20} {count:>12,}")
     print(f"  {'quarantined':<20} {total.quarantined_total:>12,}")
     return 0
-
-
-def _day(text: str, flag: str) -> dt.datetime:
-    try:
-        day = dt.date.fromisoformat(text)
-    except ValueError:
-        raise InputError(f"{flag} {text!r} is not a date: use YYYY-MM-DD") from None
-    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
 
 def utc_now() -> dt.datetime:
@@ -278,8 +265,8 @@ def cmd_ledger(
     from gpuledger.app import reading_warehouse
     from warehouse.ledger import Window, compute_ledger, load_price_book
 
-    first = _day(args.date_from, "--from").date()
-    last = _day(args.date_to, "--to").date()
+    first = day(args.date_from, "--from").date()
+    last = day(args.date_to, "--to").date()
     wh = reading_warehouse(settings, wh)
     out = sys.stdout if out is None else out
     ledger = compute_ledger(
@@ -373,8 +360,8 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
     from warehouse.ledger import seal_days
 
-    since = _day(args.since, "--since").date() if args.since else None
-    until = (_day(args.until, "--until") + dt.timedelta(days=1)).date() if args.until else None
+    since = day(args.since, "--since").date() if args.since else None
+    until = (day(args.until, "--until") + dt.timedelta(days=1)).date() if args.until else None
     if since and until and until <= since:
         raise InputError(
             f"--since {args.since} is after --until {args.until}: put --since first "
@@ -423,13 +410,7 @@ def _fixed(value: Any) -> Any:
 
 
 def _at(text: str | None, now: dt.datetime) -> dt.datetime:
-    if not text:
-        return now
-    try:
-        at = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise InputError(f"--at {text!r} is not an ISO time such as 2026-11-30T12:00") from None
-    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+    return instant(text, "--at", "2026-11-30T12:00") if text else now
 
 
 def _cluster(wh: Any, given: str, *, one: bool = True) -> str:
@@ -468,7 +449,7 @@ def cmd_queues(
     from warehouse.ledger import Window
 
     # the window as the ledger's: --to is the last day, included, and an error names it
-    window = Window.days(_day(args.date_from, "--from").date(), _day(args.date_to, "--to").date())
+    window = Window.days(day(args.date_from, "--from").date(), day(args.date_to, "--to").date())
     start, end = window.start, window.end
     wh = reading_warehouse(settings, wh)
     out = sys.stdout if out is None else out
@@ -512,12 +493,19 @@ def cmd_fragmentation(
     from gpuledger.app import reading_warehouse
     from warehouse.analytics.fragmentation import fragmentation_at
 
+    at = _at(args.at, utc_now())
+    most = (at - FIRST_INSTANT) / dt.timedelta(days=1)
+    if not 0 < args.window_days <= most:  # NaN too
+        raise InputError(
+            f"--window-days {args.window_days:g} must be more than 0 and reach back no "
+            f"further than {FIRST_INSTANT:%Y-%m-%d} ({most:.0f} days before --at)"
+        )
     wh = reading_warehouse(settings, wh)
     out = sys.stdout if out is None else out
     report = fragmentation_at(
         wh,
         _cluster(wh, args.cluster),
-        _at(args.at, utc_now()),
+        at,
         window=dt.timedelta(days=args.window_days),
         scope=args.scope,
     )

@@ -19,12 +19,30 @@ COMMON_DEFAULTS: dict[str, Any] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (usage, then one ``error:`` line, exit 2), but with that line kept one
+    line: a few of its messages hold arguments as typed (``unrecognized arguments: ...``),
+    and an argument may hold a line break. Subparsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(_escape_breaks(message))
+
+
+#: The characters that end a line (those ``str.splitlines`` splits at).
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _escape_breaks(text: str) -> str:
+    """``text`` with each character that ends a line written as its escape (``\\n``)."""
+    return "".join(ascii(c)[1:-1] if c in _LINE_BREAKS else c for c in text)
+
+
 def _parser(
-    kind: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+    kind: type[argparse.ArgumentParser] = _Parser,
 ) -> argparse.ArgumentParser:
     # SUPPRESS: a subcommand's parser would otherwise overwrite an option given before the
     # subcommand with its default (`gpuledger --data-dir D sql ...`); parse fills them in.
-    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common = kind(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument("--config", help="TOML settings file")
     common.add_argument(
         "--data-dir", help="embedded warehouse directory (default ./gpuledger-data)"
@@ -261,7 +279,7 @@ def parse(argv: Sequence[str] | None, *, strict: bool = False) -> argparse.Names
     """The command line as a namespace with every common option set. ``strict``: an error
     (or ``--help``) raises :class:`InputError` instead of printing and exiting, for argv
     that did not come from this process's own command line."""
-    args = _parser(_Strict if strict else argparse.ArgumentParser).parse_args(argv)
+    args = _parser(_Strict if strict else _Parser).parse_args(argv)
     for name, default in COMMON_DEFAULTS.items():
         if not hasattr(args, name):
             setattr(args, name, default)
@@ -274,7 +292,7 @@ class _Strict(argparse.ArgumentParser):
     already answered ``--help`` and a mistake."""
 
     def error(self, message: str) -> NoReturn:
-        raise InputError(f"{self.prog}: {message}")
+        raise InputError(f"{self.prog}: {_escape_breaks(message)}")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise InputError(f"{self.prog}: {(message or 'asked to exit').strip()}")

@@ -23,6 +23,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gpuledger.inputs import instant
 from gpuledger.output import format_rows
 from gpuledger.settings import Settings
 from gpuledger_errors import InputError
@@ -97,15 +98,7 @@ def cmd_quarantine(
 
 
 def _since(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        since = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise InputError(
-            f"--since {text!r} is not an ISO time such as 2026-11-30T12:00:00+00:00"
-        ) from None
-    return since if since.tzinfo else since.replace(tzinfo=dt.UTC)
+    return instant(text, "--since", "2026-11-30T12:00:00+00:00") if text else None
 
 
 def _list(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import tomllib
 import types
@@ -26,10 +27,27 @@ if TYPE_CHECKING:
     from gpuledger.oidc import OidcConfig
 
 ENV_PREFIX = "GPULEDGER_"
+#: The longest a warehouse keeps anything: the ingest checks and the tables' TTLs count back
+#: this far from now, which must stay a date.
+MAX_RETENTION_DAYS = 36_500
+#: The largest cluster the demo simulates, about the size of the largest real ones: a number
+#: past it is a typo, and its arrays would not fit in memory.
+MAX_SIMULATED_GPUS = 100_000
 
 
 class SettingsError(ConfigError):
     """A setting is unknown or has a bad value; the message names it and says what to do."""
+
+
+_WEB = ("http", "https")
+
+
+def _scheme(url: str, label: str) -> str:
+    """The scheme of ``url``; a URL that cannot be split (``http://[::1``) is refused."""
+    try:
+        return urlsplit(url).scheme
+    except ValueError as exc:
+        raise SettingsError(f"{label} {url!r} is not a URL ({exc}): check its spelling") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +70,7 @@ class WarehouseSettings:
 
     def validate(self) -> None:
         if self.dsn:
-            scheme = urlsplit(self.dsn).scheme
+            scheme = _scheme(self.dsn, "warehouse.dsn")
             if scheme not in ("chdb", "http", "https"):
                 raise SettingsError(
                     f"warehouse.dsn {self.dsn!r} is not a ClickHouse DSN: use "
@@ -72,6 +90,11 @@ class WarehouseSettings:
         for name in ("raw_retention_days", "rollup_1m_retention_days", "rollup_1h_retention_days"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"warehouse.{name} must be at least 1 day")
+            if getattr(self, name) > MAX_RETENTION_DAYS:
+                raise SettingsError(
+                    f"warehouse.{name} {getattr(self, name)} is more than {MAX_RETENTION_DAYS} "
+                    "days (100 years): give a number of days up to that"
+                )
         if self.raw_retention_days > self.rollup_1m_retention_days:
             raise SettingsError(
                 "warehouse.raw_retention_days must not exceed rollup_1m_retention_days: "
@@ -133,8 +156,17 @@ class SimulatorSettings:
                 f"simulator.gpus {self.gpus} must be a positive multiple of 8 (the simulated "
                 "nodes have 8 GPUs each)"
             )
-        if self.days < 0:
-            raise SettingsError(f"simulator.days {self.days} must not be negative")
+        if self.gpus > MAX_SIMULATED_GPUS:
+            raise SettingsError(
+                f"simulator.gpus {self.gpus} is more than the simulator runs "
+                f"({MAX_SIMULATED_GPUS}): give fewer GPUs"
+            )
+        if not math.isfinite(self.days) or self.days < 0:
+            raise SettingsError(
+                f"simulator.days {self.days} must be a number of days, 0 or more (e.g. 7)"
+            )
+        if not 0 <= self.seed < 2**32:
+            raise SettingsError(f"simulator.seed {self.seed} must be within 0-4294967295")
         if self.interval_s < 1:
             raise SettingsError(f"simulator.interval_s {self.interval_s} must be at least 1")
 
@@ -316,13 +348,13 @@ class AgentSettings:
             raise SettingsError(f"agent.max_backoff_s {self.max_backoff_s} must be at least 1")
         if self.spool_max_bytes < 1 << 20:
             raise SettingsError("agent.spool_max_bytes must be at least 1 MiB (1048576)")
-        if self.server_url and urlsplit(self.server_url).scheme not in ("http", "https"):
+        if self.server_url and _scheme(self.server_url, "agent.server_url") not in _WEB:
             raise SettingsError(
                 f"agent.server_url {self.server_url!r} must be an http(s) URL "
                 "of a `gpuledger serve` process"
             )
         for target in self.targets:
-            if urlsplit(target).scheme not in ("http", "https"):
+            if _scheme(target, "agent.dcgm_targets entry") not in _WEB:
                 raise SettingsError(f"agent.dcgm_targets entry {target!r} is not an http(s) URL")
         if not 0 <= self.status_port < 65536:
             raise SettingsError(f"agent.status_port {self.status_port} is not a TCP port")
@@ -388,6 +420,13 @@ class Settings:
     def validate(self) -> None:
         for field in dataclasses.fields(self):
             getattr(self, field.name).validate()
+        if self.simulator.days > self.warehouse.raw_retention_days:
+            raise SettingsError(
+                f"simulator.days {self.simulator.days:g} is more than "
+                f"warehouse.raw_retention_days ({self.warehouse.raw_retention_days}): the "
+                "older samples would be refused at ingest; simulate fewer days, or raise "
+                "warehouse.raw_retention_days"
+            )
 
     @property
     def agent_spool_dir(self) -> str:
@@ -531,6 +570,15 @@ def load_settings(
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise SettingsError(f"config file {str(path)!r} does not exist") from None
+        except OSError as exc:  # a directory, no permission, a name too long
+            raise SettingsError(
+                f"config file {str(path)!r} cannot be read: {exc.strerror}; give a TOML file"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise SettingsError(
+                f"config file {str(path)!r} is not UTF-8 text (byte {exc.object[exc.start]:#x} "
+                f"at offset {exc.start}): save it as UTF-8 TOML"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
         _apply(values, data, str(path))

@@ -228,6 +228,31 @@ def test_v2023_bad_rows_are_rejected(tmp_path: Path) -> None:
     assert [n.node for n in _all(batches, "nodes")] == ["n1"]
 
 
+def test_a_line_that_is_not_utf8_or_not_csv_is_rejected_and_the_rest_read(
+    tmp_path: Path,
+) -> None:
+    nodes = tmp_path / "nodes.csv"
+    long_field = b"9" * 200_000  # past the csv module's limit
+    nodes.write_bytes(
+        b"sn,cpu_milli,memory_mib,gpu,model\n"
+        b"n1,32000,262144,2,T4\n"
+        b"n\xe9,32000,262144,2,T4\n"  # Latin-1, not UTF-8
+        b"n3," + long_field + b",1,0,\n"
+        b"n4,32000,262144,1,T4\n"
+    )
+    batches = list(alibaba_v2023(nodes, PODS, START))
+    rejects = [(r.field, r.value, r.reason, r.payload) for r in _all(batches, "rejects")]
+    assert rejects == [
+        ("line", "line 3", "not UTF-8 text", "n\ufffd,32000,262144,2,T4"),
+        ("line", "line 4", "not CSV: field larger than field limit (131072)", ""),
+    ]
+    assert [n.node for n in _all(batches, "nodes")] == ["n1", "n4"]
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(TraceError, match="lacks the columns"):
+        list(alibaba_v2023(NODES, garbage, START))
+
+
 def test_wrong_files_and_naive_start(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="creation_time"):
         list(alibaba_v2023(NODES, V2023 / "openb_pod_list_multigpu50.csv", START))

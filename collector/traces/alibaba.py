@@ -100,27 +100,51 @@ class _BadRow(Exception):
 
 # -- reading ---------------------------------------------------------------------------------
 def _rows(path: str | Path, required: Sequence[str]) -> Iterator[tuple[dict[str, str], str]]:
-    """(row, raw line) for each data row; checks the header once."""
+    """(row, raw line) for each data row; checks the header once. A line that is not CSV
+    (a field past the csv module's limit) or not UTF-8 comes back as a bad row (``__bad__``,
+    the value, and ``__why__``), so that it is rejected and the rest read."""
     path = Path(path)
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        # surrogateescape: a byte that is not UTF-8 spoils its line, not the whole file
+        handle = path.open(newline="", encoding="utf-8", errors="surrogateescape")
     except OSError as e:
         raise TraceError(f"cannot open trace file {path}: {e.strerror}") from None
     with handle:
         reader = csv.reader(handle)
-        header = next(reader, None)
+        try:
+            header = next(reader, None)
+        except csv.Error:
+            header = None
         missing = [c for c in required if c not in (header or [])]
         if header is None or missing:
             raise TraceError(
                 f"{path} lacks the columns {', '.join(missing or required)}: is "
                 "it the right trace file?"
             )
-        for values in reader:
+        while True:
+            try:
+                values = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                yield {"__bad__": f"line {reader.line_num}", "__why__": f"not CSV: {e}"}, ""
+                continue
             raw = ",".join(values)
-            if len(values) != len(header):
+            if not _utf8(raw):
+                text = raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                yield {"__bad__": f"line {reader.line_num}", "__why__": "not UTF-8 text"}, text
+            elif len(values) != len(header):
                 yield {"__bad__": str(len(values))}, raw
             else:
                 yield dict(zip(header, values, strict=True)), raw
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _int(row: dict[str, str], field: str, lo: int = 0) -> int:
@@ -250,7 +274,8 @@ def _reject(source: str, kind: str, bad: _BadRow, raw: str) -> Reject:
 
 def _bad_shape(row: dict[str, str]) -> None:
     if "__bad__" in row:
-        raise _BadRow("line", row["__bad__"], "wrong number of columns for the header")
+        why = row.get("__why__", "wrong number of columns for the header")
+        raise _BadRow("line", row["__bad__"], why)
 
 
 def _v2023_node(

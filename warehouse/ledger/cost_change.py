@@ -33,6 +33,7 @@ from warehouse.ledger.pricing import (
     round_conserving,
 )
 from warehouse.ledger.result import IdlePolicy, IdleRule, LedgerError, Window
+from warehouse.times import END_INSTANT, FIRST_INSTANT
 
 _CENT = Decimal("0.01")
 
@@ -204,6 +205,11 @@ def month_window(month: str) -> Window:
         first = dt.datetime.strptime(month, "%Y-%m").replace(tzinfo=dt.UTC)
     except ValueError:
         raise LedgerError(f"--month {month!r} is not a month: use YYYY-MM") from None
+    if not FIRST_INSTANT <= first < END_INSTANT:
+        raise LedgerError(
+            f"--month {month} is outside the months the warehouse holds: pick one from "
+            f"{FIRST_INSTANT:%Y-%m} to {END_INSTANT - dt.timedelta(days=1):%Y-%m}"
+        )
     nxt = (first + dt.timedelta(days=32)).replace(day=1)
     return Window(first, nxt)
 
@@ -291,6 +297,11 @@ def why_cost(
     window = month_window(month)
     if window.start >= now:
         raise LedgerError(f"--month {month} has not started yet: pick a month up to {now:%Y-%m}")
+    if window.start == FIRST_INSTANT:
+        raise LedgerError(
+            f"--month {month} is the first month the warehouse holds: there is none before it "
+            "to compare with; pick a later month"
+        )
     previous = (window.start - dt.timedelta(days=1)).strftime("%Y-%m")
     book = prices if prices is not None else load_price_book(wh)
     of = functools.partial(

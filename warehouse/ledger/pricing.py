@@ -166,14 +166,17 @@ def priced_ms(
     )
     overlap = (pl.col("_e") - pl.col("_s")).dt.total_milliseconds().clip(lower_bound=0)
     span = (pl.col(e) - pl.col(s)).dt.total_milliseconds()
+    # the weight in the segment; an empty interval (a window that starts now or later is cut
+    # to [start, start)) weighs nothing, rather than 0/0
+    share = pl.when(span > 0).then(pl.col(weight) * overlap / span).otherwise(0.0)
     priced = (
         clipped.filter(pl.col("seg").is_not_null())
-        .with_columns((pl.col(weight) * overlap / span).alias("_ms"))
+        .with_columns(share.alias("_ms"))
         .group_by([*keys, "seg"])
         .agg(pl.col("_ms").sum())
     )
     # a row that no segment prices has a null seg: it is unpriced whole
-    in_segment = pl.when(pl.col("seg").is_not_null()).then(pl.col(weight) * overlap / span)
+    in_segment = pl.when(pl.col("seg").is_not_null()).then(share)
     covered = clipped.group_by([*keys, "_row"]).agg(
         (pl.col(weight).first() - in_segment.fill_null(0).sum()).alias("_ms")
     )

@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpuledger_errors import InputError
+from warehouse.times import END_INSTANT, FIRST_INSTANT
 
 GROUPINGS = (
     "tenant",
@@ -72,6 +73,12 @@ class Window:
                 f"the window is empty: it ends ({self.last_day}) before it starts "
                 f"({self.start.date()}); put --from before --to"
             )
+        if self.start < FIRST_INSTANT or self.end > END_INSTANT:
+            raise LedgerError(
+                f"the window {self.start.date()} to {self.last_day} reaches outside the days "
+                f"the warehouse holds: keep it within {FIRST_INSTANT.date()} to "
+                f"{(END_INSTANT - _DAY).date()}"
+            )
 
     @classmethod
     def days(cls, first: dt.date, last: dt.date) -> Window:
@@ -79,6 +86,11 @@ class Window:
         if last < first:
             raise LedgerError(
                 f"the window is empty: --to {last} is before --from {first}; put --from before --to"
+            )
+        if last >= END_INSTANT.date():  # its end would not be held (nor, near 9999, a date)
+            raise LedgerError(
+                f"--to {last} is after the days the warehouse holds: pick one up to "
+                f"{(END_INSTANT - _DAY).date()}"
             )
         start = dt.datetime(first.year, first.month, first.day, tzinfo=dt.UTC)
         end = dt.datetime(last.year, last.month, last.day, tzinfo=dt.UTC) + _DAY

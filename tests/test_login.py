@@ -180,6 +180,8 @@ def test_https_with_a_configured_certificate(
         *d,
         stdin=PASSWORD + "\n",
     )
+    # made before the server starts: one made while it runs is seen within a second
+    token = make_token(gpuledger_cmd, cli_env, data, "c1")
     env = {
         **cli_env,
         "GPULEDGER_SERVER__TLS_CERT_FILE": str(chain),
@@ -216,7 +218,6 @@ def test_https_with_a_configured_certificate(
             )
             assert ok.status_code == 302 and "Secure" in ok.headers["Set-Cookie"]
         # an agent sends over HTTPS, trusting the test CA
-        token = make_token(gpuledger_cmd, cli_env, data, "c1")
         sink = HttpSink(f"https://127.0.0.1:{port}", token=token, verify=str(ca_file))
         sink.send(
             Batch(gpus=[GpuInventory(dt.datetime.now(dt.UTC), "c1", "", "n", "g", 0, "H100")]),

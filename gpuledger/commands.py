@@ -96,16 +96,7 @@ def cmd_audit(
 
     if args.limit < 1:
         raise InputError(f"--limit {args.limit} must be at least 1")
-    since = None
-    if args.since:
-        try:
-            since = dt.datetime.fromisoformat(args.since)
-        except ValueError:
-            raise InputError(
-                f"--since {args.since!r} is not a day or an ISO time such as 2026-11-30 or "
-                "2026-11-30T12:00"
-            ) from None
-        since = since if since.tzinfo else since.replace(tzinfo=dt.UTC)
+    since = instant(args.since, "--since", "2026-11-30 or 2026-11-30T12:00") if args.since else None
     wh = reading_warehouse(settings, wh)
     out = sys.stdout if out is None else out
     entries = audit_entries(wh, since=since, who=args.who, action=args.action, limit=args.limit)

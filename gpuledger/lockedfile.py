@@ -8,11 +8,14 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from gpuledger_errors import ConfigError
+
+T = TypeVar("T")
 
 
 class CredentialsFileError(ConfigError):
@@ -60,7 +63,32 @@ def changing(path: Path, key: str) -> Iterator[list[dict[str, Any]]]:
         os.replace(tmp, path)
 
 
-class Watched:
+def entry_as(cls: type[T], entry: dict[str, Any], path: Path, what: str) -> T:
+    """One entry of a credentials file as its record type."""
+    try:
+        return cls(**entry)
+    except TypeError as exc:
+        raise CredentialsFileError(f"{path} has an entry that is not {what}: {exc}") from None
+
+
+class WatchedIndex(Generic[T]):
+    """A credentials file's entries by key, as ``load`` reads them, read again when the file
+    changes (looked at no more than once a second); thread-safe."""
+
+    def __init__(self, path: Path, load: Callable[[], dict[str, T]], clock: Any):
+        self._load = load
+        self._watch = _Watched(path, clock)
+        self._lock = threading.Lock()
+        self._index: dict[str, T] = {}
+
+    def current(self) -> dict[str, T]:
+        with self._lock:
+            if self._watch.changed():
+                self._index = self._load()
+            return self._index
+
+
+class _Watched:
     """A file read again when it changes, looked at no more than once a second."""
 
     def __init__(self, path: Path, clock: Any):

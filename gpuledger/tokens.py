@@ -20,7 +20,6 @@ import hmac
 import os
 import re
 import secrets
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 import polars as pl
 
 from collector.records import Batch
-from gpuledger.lockedfile import CredentialsFileError, Watched, changing, read_list
+from gpuledger.lockedfile import WatchedIndex, changing, entry_as, read_list
 from gpuledger_errors import InputError
 
 _TOKEN = re.compile(r"^glt_([0-9a-f]{8})_[A-Za-z0-9_-]{20,100}$")
@@ -104,10 +103,7 @@ class TokenStore:
 
 
 def _token(entry: dict[str, Any], path: Path) -> Token:
-    try:
-        return Token(**entry)
-    except TypeError as exc:
-        raise CredentialsFileError(f"{path} has an entry that is not a token: {exc}") from None
+    return entry_as(Token, entry, path, "a token")
 
 
 class TokenBook:
@@ -115,19 +111,10 @@ class TokenBook:
 
     def __init__(self, store: TokenStore, clock: Any = time.monotonic):
         self.store = store
-        self._lock = threading.Lock()
-        self._watch = Watched(store.path, clock)
-        self._by_id: dict[str, Token] = {}
-        self._refresh()
+        self._by_id = WatchedIndex(store.path, lambda: {t.id: t for t in store.tokens()}, clock)
 
     def __len__(self) -> int:
-        with self._lock:
-            self._refresh()
-            return sum(not t.revoked for t in self._by_id.values())
-
-    def _refresh(self) -> None:
-        if self._watch.changed():
-            self._by_id = {t.id: t for t in self.store.tokens()}
+        return sum(not t.revoked for t in self._by_id.current().values())
 
     def check(self, authorization: str) -> tuple[Token | None, str]:
         """The token an ``Authorization`` header names, or None with why it is refused."""
@@ -136,9 +123,7 @@ class TokenBook:
         if scheme.lower() != "bearer" or not token:
             return None, "no ingest token: send Authorization: Bearer <token> (agent.token)"
         match = _TOKEN.match(token)
-        with self._lock:
-            self._refresh()
-            record = self._by_id.get(match[1]) if match else None
+        record = self._by_id.current().get(match[1]) if match else None
         if record is None or not hmac.compare_digest(record.sha256, _digest(token)):
             return None, "the ingest token is not known: make one with `gpuledger token create`"
         if record.revoked:

@@ -13,7 +13,6 @@ import datetime as dt
 import os
 import re
 import secrets
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from gpuledger.lockedfile import CredentialsFileError, Watched, changing, read_list
+from gpuledger.lockedfile import WatchedIndex, changing, entry_as, read_list
 from gpuledger_errors import InputError
 
 ROLES = ("admin", "manager")
@@ -94,10 +93,7 @@ class UserStore:
 
 
 def _user(entry: dict[str, Any], path: Path) -> User:
-    try:
-        return User(**entry)
-    except TypeError as exc:
-        raise CredentialsFileError(f"{path} has an entry that is not a user: {exc}") from None
+    return entry_as(User, entry, path, "a user")
 
 
 class UserBook:
@@ -105,25 +101,14 @@ class UserBook:
 
     def __init__(self, store: UserStore, clock: Any = time.monotonic):
         self.store = store
-        self._lock = threading.Lock()
-        self._watch = Watched(store.path, clock)
-        self._by_name: dict[str, User] = {}
-        self._refresh()
-
-    def _refresh(self) -> None:
-        if self._watch.changed():
-            self._by_name = {u.name: u for u in self.store.users()}
+        self._by_name = WatchedIndex(store.path, lambda: {u.name: u for u in store.users()}, clock)
 
     def __len__(self) -> int:
-        with self._lock:
-            self._refresh()
-            return len(self._by_name)
+        return len(self._by_name.current())
 
     def get(self, name: str) -> User | None:
         """The user still on file under ``name`` (a removed user's session ends with it)."""
-        with self._lock:
-            self._refresh()
-            return self._by_name.get(name)
+        return self._by_name.current().get(name)
 
     def verify(self, name: str, password: str) -> User | None:
         """The user when ``password`` is theirs, else None (in about the same time)."""

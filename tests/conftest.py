@@ -6,6 +6,7 @@ every test that writes gets a fresh database in it (``wh``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from warehouse.client import Warehouse, connect
 from warehouse.migrate import RenderOptions, migrate
@@ -267,3 +269,43 @@ def make_token(
     )
     assert got.returncode == 0, got.stderr
     return got.stdout.strip()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving(
+    gpuledger_cmd: list[str], env: dict[str, str], data_dir: Path, *, tls_ca: Path | None = None
+) -> Iterator[str]:
+    """A real `gpuledger serve` over ``data_dir`` on a free port of 127.0.0.1, once its
+    /healthz answers (HTTPS checked against ``tls_ca`` when given): its base URL. Stopped at
+    the end."""
+    port = free_port()
+    server = subprocess.Popen(
+        [*gpuledger_cmd, "serve", "--port", str(port), "--data-dir", str(data_dir)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"{'https' if tls_ca else 'http'}://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                verify = str(tls_ca) if tls_ca else True
+                if requests.get(f"{url}/healthz", verify=verify, timeout=5).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, "serve did not start"
+            time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=60)

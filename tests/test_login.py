@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import make_token
+from conftest import make_token, serving
 
 from collector.pipeline import HttpSink
 from collector.records import Batch, GpuInventory
@@ -22,14 +22,6 @@ from gpuledger.users import UserBook, UserError, UserStore
 pytestmark = pytest.mark.integration
 
 PASSWORD = "correct horse battery"
-
-
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cli(cmd: list[str], env: dict[str, str], *args: str, stdin: str = "") -> str:
@@ -58,7 +50,7 @@ def test_roles_and_passwords_are_checked(tmp_path: Path) -> None:
 def test_the_dashboard_needs_a_login(
     tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
-    data, port = tmp_path / "data", _port()
+    data = tmp_path / "data"
     d = ["--data-dir", str(data)]
     _cli(
         gpuledger_cmd,
@@ -74,22 +66,7 @@ def test_the_dashboard_needs_a_login(
     )
     made = _cli(gpuledger_cmd, cli_env, "user", "add", "bob", "--role", "tenant:ml", *d).strip()
     assert len(made) >= 20  # a password made for bob, shown once
-    server = subprocess.Popen(
-        [*gpuledger_cmd, "serve", "--port", str(port), *d],
-        env=cli_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                assert server.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
+    with serving(gpuledger_cmd, cli_env, data) as url:
         assert requests.get(f"{url}/metrics", timeout=10).status_code == 200  # open
         page = requests.get(f"{url}/", headers={"Accept": "text/html"}, allow_redirects=False)
         assert page.status_code == 302 and page.headers["Location"].startswith("/login?next=")
@@ -139,9 +116,6 @@ def test_the_dashboard_needs_a_login(
             while s.get(f"{url}/_dash-layout", timeout=10).status_code == 200:
                 assert time.monotonic() < deadline, "a removed user still reads"
                 time.sleep(0.2)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
     listed = _cli(gpuledger_cmd, cli_env, "user", "list", *d)
     assert "bob" in listed and "tenant:ml" in listed and "alice" not in listed
     audit = json.loads(
@@ -166,7 +140,7 @@ def test_https_with_a_configured_certificate(
     cert.private_key_pem.write_to_path(str(key))
     chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
     ca.cert_pem.write_to_path(str(ca_file))
-    data, port = tmp_path / "data", _port()
+    data = tmp_path / "data"
     d = ["--data-dir", str(data)]
     _cli(
         gpuledger_cmd,
@@ -187,25 +161,10 @@ def test_https_with_a_configured_certificate(
         "GPULEDGER_SERVER__TLS_CERT_FILE": str(chain),
         "GPULEDGER_SERVER__TLS_KEY_FILE": str(key),
     }
-    server = subprocess.Popen(
-        [*gpuledger_cmd, "serve", "--port", str(port), *d],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"https://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                health = requests.get(f"{url}/healthz", verify=str(ca_file), timeout=5)
-                break
-            except requests.ConnectionError:
-                assert server.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
-        assert health.status_code == 200
+    with serving(gpuledger_cmd, env, data, tls_ca=ca_file) as url:
+        assert requests.get(f"{url}/healthz", verify=str(ca_file), timeout=10).ok
         with pytest.raises(requests.ConnectionError):  # plain HTTP on the HTTPS port
-            requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+            requests.get(url.replace("https:", "http:") + "/healthz", timeout=5)
         with requests.Session() as s:
             # verify= on each request: a session's own is overridden by REQUESTS_CA_BUNDLE
             form = s.get(f"{url}/login", verify=str(ca_file), timeout=10).text
@@ -218,12 +177,9 @@ def test_https_with_a_configured_certificate(
             )
             assert ok.status_code == 302 and "Secure" in ok.headers["Set-Cookie"]
         # an agent sends over HTTPS, trusting the test CA
-        sink = HttpSink(f"https://127.0.0.1:{port}", token=token, verify=str(ca_file))
+        sink = HttpSink(url, token=token, verify=str(ca_file))
         sink.send(
             Batch(gpus=[GpuInventory(dt.datetime.now(dt.UTC), "c1", "", "n", "g", 0, "H100")]),
             "tls-1",
         )
         sink.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=60)

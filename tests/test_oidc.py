@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 import flask
 import pytest
 import requests
+from conftest import serving
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 from werkzeug.serving import make_server
@@ -126,18 +127,10 @@ def provider() -> Iterator[Provider]:
     p.close()
 
 
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_single_sign_on_maps_groups_to_roles(
     provider: Provider, tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
-    data, port = tmp_path / "data", _port()
+    data = tmp_path / "data"
     env = {
         **cli_env,
         "GPULEDGER_SERVER__OIDC_ISSUER": provider.url,
@@ -145,22 +138,7 @@ def test_single_sign_on_maps_groups_to_roles(
         "GPULEDGER_SERVER__OIDC_CLIENT_SECRET": "s3cret",
         "GPULEDGER_SERVER__OIDC_ROLES": ROLES,
     }
-    server = subprocess.Popen(
-        [*gpuledger_cmd, "serve", "--port", str(port), "--data-dir", str(data)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                assert server.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
+    with serving(gpuledger_cmd, env, data) as url:
         assert "/login/oidc" in requests.get(f"{url}/login", timeout=10).text
         provider.person = {"preferred_username": "ana", "groups": ["ml-vision", "finance"]}
         with requests.Session() as s:
@@ -172,9 +150,6 @@ def test_single_sign_on_maps_groups_to_roles(
             refused = s.get(f"{url}/login/oidc", timeout=30)
             assert refused.status_code == 403 and "no gpuledger role" in refused.json()["error"]
             assert s.get(f"{url}/_dash-layout", timeout=10).status_code == 401
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
     audit = subprocess.run(
         [*gpuledger_cmd, "audit", "--action", "login", "--format", "json", "--data-dir", str(data)],
         env=cli_env,

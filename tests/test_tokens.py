@@ -13,21 +13,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 import requests
-from conftest import make_token
+from conftest import free_port, make_token, serving
 
 from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample
 from collector.spool import dump_batch
 from gpuledger.tokens import TokenBook, TokenStore
 
 pytestmark = pytest.mark.integration
-
-
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _batch(cluster: str, node: str) -> bytes:
@@ -70,27 +62,12 @@ def test_the_store_keeps_hashes_only_and_the_book_refuses_what_it_should(tmp_pat
 def test_serve_takes_only_its_tokens_rows(
     tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
-    data, port = tmp_path / "data", _port()
+    data = tmp_path / "data"
     c1 = make_token(gpuledger_cmd, cli_env, data, "c1")
     node_a = make_token(gpuledger_cmd, cli_env, data, "c1", "--node", "a")
     listed = _run(gpuledger_cmd, cli_env, "token", "list", "--data-dir", str(data)).stdout
     assert listed.count(" c1 ") == 2 and c1 not in listed and node_a not in listed
-    server = subprocess.Popen(
-        [*gpuledger_cmd, "serve", "--port", str(port), "--data-dir", str(data)],
-        env=cli_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                assert server.poll() is None
-                time.sleep(0.2)
+    with serving(gpuledger_cmd, cli_env, data) as url:
 
         def post(body: bytes, token: str | None, batch_id: str) -> requests.Response:
             headers = {"X-Batch-Id": batch_id}
@@ -122,9 +99,6 @@ def test_serve_takes_only_its_tokens_rows(
             assert time.monotonic() < deadline, "the revoked token still writes"
             time.sleep(0.2)
         assert post(_batch("c1", "a"), c1, "b7").status_code == 401
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
     rows = _run(
         gpuledger_cmd,
         cli_env,
@@ -158,7 +132,7 @@ def test_serve_will_not_show_its_dashboard_beyond_loopback_unasked(
     tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
     env = {**cli_env, "GPULEDGER_SERVER__HOST": "0.0.0.0"}
-    got = _run(gpuledger_cmd, env, "serve", "--port", str(_port()), "--data-dir", str(tmp_path))
+    got = _run(gpuledger_cmd, env, "serve", "--port", str(free_port()), "--data-dir", str(tmp_path))
     assert got.returncode == 2
     assert got.stderr.strip().startswith(
         "gpuledger: server.host 0.0.0.0 answers beyond this machine and no user or ingest token"

@@ -45,14 +45,21 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
     wh.close()
 
 
-@pytest.fixture
-def wh(engine: Warehouse) -> Warehouse:
-    """A fresh, migrated database in the session's engine."""
+@contextlib.contextmanager
+def fresh_database(engine: Warehouse) -> Iterator[Warehouse]:
+    """A new, migrated database in ``engine``, dropped afterwards (for fixtures of any scope)."""
     database = f"t{os.getpid()}_{next(_counter)}"
     fresh = Warehouse(engine.client, database, engine.dsn)
     migrate(fresh, RenderOptions(database=database))
     yield fresh
     engine.command(f"DROP DATABASE IF EXISTS {database} SYNC")
+
+
+@pytest.fixture
+def wh(engine: Warehouse) -> Iterator[Warehouse]:
+    """A fresh, migrated database in the session's engine."""
+    with fresh_database(engine) as fresh:
+        yield fresh
 
 
 @pytest.fixture

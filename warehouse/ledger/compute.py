@@ -47,6 +47,7 @@ from warehouse.ledger.pricing import (
 from warehouse.ledger.result import (
     GROUPINGS,
     CensoredHolds,
+    EnergyReport,
     IdlePolicy,
     IdleRule,
     Ledger,
@@ -181,6 +182,65 @@ def _capacity(
     return cost, cap_ms / 3.6e6, healthy_ms / 3.6e6, missing
 
 
+def in_tenant(tenant: str, column: str = "tenant") -> pl.Expr:
+    """Whether a row's ``column`` (an "org/project" key) belongs to ``tenant``, an org (all of
+    its projects) or one org/project."""
+    return (pl.col(column) == tenant) | pl.col(column).str.starts_with(tenant + "/")
+
+
+def _scoped(
+    lines: _Lines,
+    direct: dict[int, Decimal],
+    shared: dict[str, Decimal],
+    tenant: str,
+    group_by: str,
+    window: Window,
+    computed_until: dt.datetime,
+    idle: IdleRule,
+    policy: IdlePolicy,
+    currency: str,
+) -> Ledger:
+    """The ledger as one tenant may see it: its own lines, decided and rounded among everyone's
+    (so its cents match the whole ledger), and totals over those lines alone. What belongs to
+    nobody or to the cluster (capacity, the unallocated line, censored holds) is left out."""
+    mine = lines.frame.filter(in_tenant(tenant))
+    kept = set(mine["_line"].to_list())
+    own = _Lines(
+        mine,
+        {k: v for k, v in lines.direct.items() if k in kept},
+        {k: v for k, v in lines.unpriced_ms.items() if k in kept},
+    )
+    rows = _rows(own, direct, shared, group_by)
+    measured = mine.filter(pl.col("_measured"))
+    totals = LedgerTotals(
+        capacity_gpu_hours=None,
+        healthy_gpu_hours=None,
+        unhealthy_gpu_hours=None,
+        allocated_gpu_hours=float(mine["allocated_gpu_ms"].sum() or 0) / 3.6e6,
+        used_gpu_hours=float(measured["used_gpu_hours"].sum()) if measured.height else None,
+        idle_gpu_hours=float(measured["idle_gpu_hours"].sum()) if measured.height else None,
+        unmeasured_gpu_hours=sum(r.unmeasured_gpu_hours for r in rows),
+        unallocated_gpu_hours=None,
+        stranded_gpu_hours=None,
+        unpriced_gpu_hours=sum(own.unpriced_ms.values(), 0.0) / 3.6e6,
+        capacity_cost=None,
+        unshared_cost=Decimal(0),
+        total_cost=sum((r.total_cost for r in rows), Decimal(0)),
+    )
+    return Ledger(
+        window,
+        computed_until,
+        group_by,
+        policy,
+        idle,
+        currency,
+        tuple(rows),
+        totals,
+        unpriced=_unpriced(own, {}),
+        tenant=tenant,
+    )
+
+
 def _unpriced(
     lines: _Lines, capacity_missing: dict[tuple[str, str], float]
 ) -> tuple[UnpricedHours, ...]:
@@ -208,12 +268,14 @@ def build_ledger(
     idle: IdleRule,
     currency: str,
     stranded_gpu_hours: float | None = None,
+    tenant: str | None = None,
 ) -> Ledger:
     """Turn usage rows and capacity states into the ledger (pure: no I/O).
 
     Direct cost is rounded on its own, so it never depends on the policy; the shares of the
     unallocated cost are rounded to what is left of capacity cost, so the rows plus the
-    unallocated line equal it to the cent.
+    unallocated line equal it to the cent. ``tenant`` (an org, or org/project) keeps that
+    tenant's lines alone, with the very cents they carry in the whole ledger.
     """
     if group_by not in GROUPINGS:
         raise LedgerError(f"--by {group_by!r} is not one of {', '.join(GROUPINGS)}")
@@ -228,6 +290,10 @@ def build_ledger(
         {**{str(k): v for k, v in shares_exact.items()}, "u": unshared_exact},
         grand - sum(direct.values(), Decimal(0)),
     )
+    if tenant is not None:
+        return _scoped(
+            lines, direct, shared, tenant, group_by, window, computed_until, idle, policy, currency
+        )
     rows = _rows(lines, direct, shared, group_by)
     allocated_hours = float(lines.frame["allocated_gpu_ms"].sum() or 0) / 3.6e6
     measured = lines.frame.filter(pl.col("_measured"))
@@ -347,13 +413,16 @@ def compute_ledger(
     sealed: bool = True,
     energy: bool = False,
     stranded: bool = True,
+    tenant: str | None = None,
 ) -> Ledger:
     """The whole ledger of ``window`` grouped by ``group_by`` (one of :data:`GROUPINGS`).
 
     ``now`` cuts a window that reaches into the future (it is never read from the clock
     here). ``prices`` defaults to the warehouse's price book. ``stranded`` measures the
     stranded (FGD) GPU-hours of the one cluster asked for or held; ``energy`` adds energy
-    and its cost beside the GPU-hour ledger.
+    and its cost beside the GPU-hour ledger. ``tenant`` (an org or org/project) gives that
+    tenant's view: its own lines and totals over them, nothing of the cluster's (see
+    :func:`build_ledger`); its energy is kept only where each row is a whole tenant (or org).
     """
     if group_by not in GROUPINGS:
         raise LedgerError(f"--by {group_by!r} is not one of {', '.join(GROUPINGS)}")
@@ -382,17 +451,34 @@ def compute_ledger(
         computed_until=until,
         idle=idle,
         currency=currency,
-        stranded_gpu_hours=_stranded(wh, cluster, window.start, until) if stranded else None,
+        stranded_gpu_hours=_stranded(wh, cluster, window.start, until)
+        if stranded and tenant is None
+        else None,
+        tenant=tenant,
     )
-    censored = _censored(wh, cluster, window.start, until)
+    censored = _censored(wh, cluster, window.start, until) if tenant is None else ()
     if censored:
         ledger = dataclasses.replace(ledger, censored=censored)
-    if energy:
+    whole_rows = group_by == "tenant" or (group_by == "org" and "/" not in (tenant or ""))
+    if energy and (tenant is None or whole_rows):
         report = energy_cost(
             wh, window.start, until, group_by=group_by, cluster=cluster, prices=book
         )
+        if tenant is not None:
+            report = _energy_of(report, tenant)
         ledger = dataclasses.replace(ledger, energy=report)
     return ledger
+
+
+def _energy_of(report: EnergyReport, tenant: str) -> EnergyReport:
+    """A tenant's or org's energy rows alone (their unpriced energy is not told apart)."""
+    rows = tuple(r for r in report.rows if r.key == tenant or r.key.startswith(tenant + "/"))
+    return EnergyReport(
+        rows,
+        sum((r.energy_kwh for r in rows), 0.0),
+        sum((r.energy_cost for r in rows), Decimal(0)),
+        0.0,
+    )
 
 
 def _censored(

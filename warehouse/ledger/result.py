@@ -235,7 +235,8 @@ class Ledger:
     ``unallocated`` line, beside the rows; ``conserved`` says whether the rows and that line
     add up to capacity cost to the cent. ``unpriced`` names the hours the price book misses:
     they are in the hours but in no cost. ``censored`` names the allocations cut at a
-    source's observation end.
+    source's observation end. ``tenant`` set: one tenant's view (its lines alone, with the
+    cents they carry in the whole ledger; nothing of the cluster's capacity or unallocated).
     """
 
     window: Window
@@ -250,6 +251,7 @@ class Ledger:
     unpriced: tuple[UnpricedHours, ...] = ()
     energy: EnergyReport | None = None
     censored: tuple[CensoredHolds, ...] = ()
+    tenant: str | None = None
 
     @property
     def conserved(self) -> bool | None:
@@ -260,7 +262,12 @@ class Ledger:
 
     def conservation_note(self) -> str:
         """One sentence on whether the cost adds up, and what it leaves out."""
-        if self.conserved is None:
+        if self.tenant is not None:
+            note = (
+                f"conservation: n/a (tenant {self.tenant}'s lines alone; the whole ledger "
+                "adds up to capacity cost)"
+            )
+        elif self.conserved is None:
             note = "conservation: n/a (no GPU inventory in the window to cost capacity by)"
         else:
             verdict = "holds" if self.conserved else "DOES NOT HOLD"
@@ -290,6 +297,7 @@ class Ledger:
             "idle_threshold_ratio": self.idle_rule.threshold_ratio,
             "idle_min_duration_s": self.idle_rule.min_duration_s,
             "currency": self.currency,
+            "tenant": self.tenant,
             "rows": [
                 {
                     "key": r.key,

@@ -7,25 +7,9 @@ from __future__ import annotations
 import datetime as dt
 
 from gpuledger_errors import InputError
-from warehouse.times import END_INSTANT, FIRST_INSTANT
+from warehouse.times import END_INSTANT, FIRST_INSTANT, day
 
-#: The days a window may name: its end (the day after the last) must still be held.
-FIRST_DAY = FIRST_INSTANT.date()
-LAST_DAY = END_INSTANT.date() - dt.timedelta(days=1)
-
-
-def day(text: str, flag: str) -> dt.datetime:
-    """Midnight UTC of the day ``text`` (YYYY-MM-DD)."""
-    try:
-        date = dt.date.fromisoformat(text)
-    except ValueError:
-        raise InputError(f"{flag} {text!r} is not a date: use YYYY-MM-DD") from None
-    if not FIRST_DAY <= date <= LAST_DAY:
-        raise InputError(
-            f"{flag} {text} is outside the days the warehouse holds: pick one from "
-            f"{FIRST_DAY} to {LAST_DAY}"
-        )
-    return dt.datetime(date.year, date.month, date.day, tzinfo=dt.UTC)
+__all__ = ["day", "instant"]
 
 
 def instant(text: str, flag: str, example: str, *, offset: bool = False) -> dt.datetime:

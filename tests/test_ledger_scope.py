@@ -64,3 +64,15 @@ def test_a_tenant_with_no_lines_sees_an_empty_ledger(fleet: Warehouse) -> None:
     # a prefix of another org's name is not that org
     org = next(r.key for r in ledger_between(fleet, START, END, now=NOW, by="org").rows)
     assert ledger_between(fleet, START, END, now=NOW, by="org", tenant=org[:-1]).rows == ()
+
+
+def test_only_keeps_one_pool_or_model_with_its_cents(fleet: Warehouse) -> None:
+    by_model = ledger_between(fleet, START, END, now=NOW, by="gpu_model")
+    model = by_model.rows[0]
+    part = ledger_between(fleet, START, END, now=NOW, by="tenant", only={"gpu_model": model.key})
+    assert part.totals.total_cost == model.total_cost
+    assert part.totals.allocated_gpu_hours == pytest.approx(model.allocated_gpu_hours)
+    assert part.to_json()["only"] == {"gpu_model": model.key}
+    assert "alone" in part.conservation_note()
+    with pytest.raises(Exception, match="colour"):
+        ledger_between(fleet, START, END, now=NOW, only={"colour": "red"})

@@ -22,7 +22,7 @@ import dataclasses
 import datetime as dt
 import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -188,29 +188,31 @@ def in_tenant(tenant: str, column: str = "tenant") -> pl.Expr:
     return (pl.col(column) == tenant) | pl.col(column).str.starts_with(tenant + "/")
 
 
-def _scoped(
+def _part(
+    whole: Ledger,
     lines: _Lines,
     direct: dict[int, Decimal],
     shared: dict[str, Decimal],
-    tenant: str,
-    group_by: str,
-    window: Window,
-    computed_until: dt.datetime,
-    idle: IdleRule,
-    policy: IdlePolicy,
-    currency: str,
+    tenant: str | None,
+    only: Mapping[str, str],
 ) -> Ledger:
-    """The ledger as one tenant may see it: its own lines, decided and rounded among everyone's
-    (so its cents match the whole ledger), and totals over those lines alone. What belongs to
-    nobody or to the cluster (capacity, the unallocated line, censored holds) is left out."""
-    mine = lines.frame.filter(in_tenant(tenant))
+    """The part of ``whole`` made of the lines of ``tenant`` with the keys ``only``: those
+    lines, decided and rounded among everyone's (so their cents match the whole ledger), and
+    totals over them alone. What belongs to nobody or to the cluster (capacity, the
+    unallocated line, censored holds) is left out."""
+    keep = in_tenant(tenant) if tenant is not None else pl.lit(True)
+    for column, value in only.items():
+        if column not in GROUPINGS:
+            raise LedgerError(f"{column!r} is not one of {', '.join(GROUPINGS)}")
+        keep &= pl.col(column) == value
+    mine = lines.frame.filter(keep)
     kept = set(mine["_line"].to_list())
     own = _Lines(
         mine,
         {k: v for k, v in lines.direct.items() if k in kept},
         {k: v for k, v in lines.unpriced_ms.items() if k in kept},
     )
-    rows = _rows(own, direct, shared, group_by)
+    rows = _rows(own, direct, shared, whole.group_by)
     measured = mine.filter(pl.col("_measured"))
     totals = LedgerTotals(
         capacity_gpu_hours=None,
@@ -227,17 +229,14 @@ def _scoped(
         unshared_cost=Decimal(0),
         total_cost=sum((r.total_cost for r in rows), Decimal(0)),
     )
-    return Ledger(
-        window,
-        computed_until,
-        group_by,
-        policy,
-        idle,
-        currency,
-        tuple(rows),
-        totals,
+    return dataclasses.replace(
+        whole,
+        rows=tuple(rows),
+        totals=totals,
+        unallocated=None,
         unpriced=_unpriced(own, {}),
         tenant=tenant,
+        only=tuple(sorted(only.items())),
     )
 
 
@@ -269,13 +268,15 @@ def build_ledger(
     currency: str,
     stranded_gpu_hours: float | None = None,
     tenant: str | None = None,
+    only: Mapping[str, str] | None = None,
 ) -> Ledger:
     """Turn usage rows and capacity states into the ledger (pure: no I/O).
 
     Direct cost is rounded on its own, so it never depends on the policy; the shares of the
     unallocated cost are rounded to what is left of capacity cost, so the rows plus the
     unallocated line equal it to the cent. ``tenant`` (an org, or org/project) keeps that
-    tenant's lines alone, with the very cents they carry in the whole ledger.
+    tenant's lines alone, with the very cents they carry in the whole ledger; ``only`` keeps
+    the lines whose keys (``pool``, ``gpu_model``, any of :data:`GROUPINGS`) have those values.
     """
     if group_by not in GROUPINGS:
         raise LedgerError(f"--by {group_by!r} is not one of {', '.join(GROUPINGS)}")
@@ -290,10 +291,6 @@ def build_ledger(
         {**{str(k): v for k, v in shares_exact.items()}, "u": unshared_exact},
         grand - sum(direct.values(), Decimal(0)),
     )
-    if tenant is not None:
-        return _scoped(
-            lines, direct, shared, tenant, group_by, window, computed_until, idle, policy, currency
-        )
     rows = _rows(lines, direct, shared, group_by)
     allocated_hours = float(lines.frame["allocated_gpu_ms"].sum() or 0) / 3.6e6
     measured = lines.frame.filter(pl.col("_measured"))
@@ -318,7 +315,7 @@ def build_ledger(
         unshared_cost=shared["u"],
         total_cost=sum((r.total_cost for r in rows), Decimal(0)) + shared["u"],
     )
-    return Ledger(
+    ledger = Ledger(
         window,
         computed_until,
         group_by,
@@ -330,6 +327,9 @@ def build_ledger(
         unallocated=unallocated_line,
         unpriced=_unpriced(lines, capacity_missing),
     )
+    if tenant is None and not only:
+        return ledger
+    return _part(ledger, lines, direct, shared, tenant, only or {})
 
 
 def _rows(
@@ -414,6 +414,7 @@ def compute_ledger(
     energy: bool = False,
     stranded: bool = True,
     tenant: str | None = None,
+    only: Mapping[str, str] | None = None,
 ) -> Ledger:
     """The whole ledger of ``window`` grouped by ``group_by`` (one of :data:`GROUPINGS`).
 
@@ -423,6 +424,7 @@ def compute_ledger(
     and its cost beside the GPU-hour ledger. ``tenant`` (an org or org/project) gives that
     tenant's view: its own lines and totals over them, nothing of the cluster's (see
     :func:`build_ledger`); its energy is kept only where each row is a whole tenant (or org).
+    ``only`` keeps lines by their keys (``{"pool": "a100-pool"}``), with the same totals.
     """
     if group_by not in GROUPINGS:
         raise LedgerError(f"--by {group_by!r} is not one of {', '.join(GROUPINGS)}")
@@ -452,15 +454,17 @@ def compute_ledger(
         idle=idle,
         currency=currency,
         stranded_gpu_hours=_stranded(wh, cluster, window.start, until)
-        if stranded and tenant is None
+        if stranded and tenant is None and not only
         else None,
         tenant=tenant,
+        only=only,
     )
-    censored = _censored(wh, cluster, window.start, until) if tenant is None else ()
+    whole = tenant is None and not only
+    censored = _censored(wh, cluster, window.start, until) if whole else ()
     if censored:
         ledger = dataclasses.replace(ledger, censored=censored)
     whole_rows = group_by == "tenant" or (group_by == "org" and "/" not in (tenant or ""))
-    if energy and (tenant is None or whole_rows):
+    if energy and (whole or (whole_rows and not only)):
         report = energy_cost(
             wh, window.start, until, group_by=group_by, cluster=cluster, prices=book
         )

@@ -252,6 +252,7 @@ class Ledger:
     energy: EnergyReport | None = None
     censored: tuple[CensoredHolds, ...] = ()
     tenant: str | None = None
+    only: tuple[tuple[str, str], ...] = ()  # the line keys kept: (("pool", "a"),)
 
     @property
     def conserved(self) -> bool | None:
@@ -262,9 +263,11 @@ class Ledger:
 
     def conservation_note(self) -> str:
         """One sentence on whether the cost adds up, and what it leaves out."""
-        if self.tenant is not None:
+        if self.tenant is not None or self.only:
+            part = [f"tenant {self.tenant}"] if self.tenant is not None else []
+            part += [f"{k} {v}" for k, v in self.only]
             note = (
-                f"conservation: n/a (tenant {self.tenant}'s lines alone; the whole ledger "
+                f"conservation: n/a (the lines of {', '.join(part)} alone; the whole ledger "
                 "adds up to capacity cost)"
             )
         elif self.conserved is None:
@@ -298,6 +301,7 @@ class Ledger:
             "idle_min_duration_s": self.idle_rule.min_duration_s,
             "currency": self.currency,
             "tenant": self.tenant,
+            "only": dict(self.only),
             "rows": [
                 {
                     "key": r.key,

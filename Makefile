@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test bench lint clean venv
+.PHONY: demo test bench lint clean venv chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,7 +18,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gpuledger demo
 
-test: $(STAMP)
+# the browser tests drive Debian's Chromium (never a downloaded one)
+chromium:
+	test -x /usr/lib/chromium/chromium || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
+
+test: $(STAMP) chromium
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 

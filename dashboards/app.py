@@ -1,21 +1,51 @@
-"""The Dash app shell: a header, navigation, and the registered pages (``dashboards/pages``)."""
+"""The Dash app shell: a header, navigation, the filters every page shares, and the registered
+pages (``dashboards/pages``).
+
+The filters live in the URL's query string, so a link can be shared: on load the URL sets
+the controls; each change of a control rewrites the query string in place (no reload) and
+the store ``filters-state``, which every page's callbacks read.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dash
-from dash import Dash, dcc, html
+from dash import Dash, Input, Output, State, callback, clientside_callback, dcc, html
 
-from dashboards import context
+from dashboards import api, context
+from dashboards.context import Forbidden, Viewer
+from dashboards.filters import Filters
+from gpuledger_errors import InputError
+from warehouse.analytics import fleet
 from warehouse.client import Warehouse
-from warehouse.ledger import IdleRule
+from warehouse.ledger import GROUPINGS, IdlePolicy, IdleRule
+
+_CONTROLS = ("cluster", "pool", "gpu_model", "tenant")
 
 
-def create_app(wh: Warehouse, *, idle: IdleRule | None = None, currency: str = "USD") -> Dash:
+def create_app(
+    wh: Warehouse,
+    *,
+    idle: IdleRule | None = None,
+    currency: str = "USD",
+    idle_policy: str = "weighted",
+    viewer: Callable[[], Viewer | None] | None = None,
+    now: Callable[[], dt.datetime] | None = None,
+) -> Dash:
     """Build the app over ``wh``, judging idle time by ``idle`` and showing money in
-    ``currency``. Serve it with ``app.run(...)`` (never with a forking server)."""
-    context.set_context(context.Context(wh, idle or IdleRule(), currency))
+    ``currency``. ``viewer`` says who asks in the request being answered (the shell's login;
+    without one, everyone sees everything: tests and ``serve --insecure``). Serve it with a
+    threaded server (never a forking one). The JSON API is registered on its Flask server."""
+    ctx = context.Context(wh, idle or IdleRule(), currency, idle_policy)
+    if viewer is not None:
+        ctx.viewer = viewer
+    if now is not None:
+        ctx.now = now
+    context.set_context(ctx)
     app = Dash(
         __name__,
         use_pages=True,
@@ -23,21 +53,182 @@ def create_app(wh: Warehouse, *, idle: IdleRule | None = None, currency: str = "
         title="gpuledger",
         suppress_callback_exceptions=True,
     )
-    app.layout = html.Div(
+    app.layout = _layout
+    api.register(app.server)
+    return app
+
+
+def _layout() -> html.Div:
+    pages = list(dash.page_registry.values())
+    return html.Div(
         [
+            dcc.Location(id="shell-url"),
+            dcc.Store(id="filters-state"),
             html.Header(
                 [
                     html.H1("gpuledger", className="brand"),
                     html.Nav(
                         [
-                            dcc.Link(page["name"], href=page["relative_path"], className="nav-link")
-                            for page in dash.page_registry.values()
+                            dcc.Link(
+                                page["name"],
+                                href=page["relative_path"],
+                                id={"type": "shell-nav", "path": page["relative_path"]},
+                                className="nav-link",
+                            )
+                            for page in pages
+                            if not page.get("path_template")  # one GPU's page: no link
                         ]
                     ),
                 ],
                 className="header",
             ),
+            html.Div(
+                [
+                    html.Label("From–to"),
+                    dcc.DatePickerRange(id="filters-dates", display_format="YYYY-MM-DD"),
+                    *(
+                        html.Div(
+                            [
+                                html.Label(label),
+                                dcc.Dropdown(id=f"filters-{name}", placeholder="all"),
+                            ],
+                            className="filter",
+                        )
+                        for name, label in (
+                            ("cluster", "Cluster"),
+                            ("pool", "Pool"),
+                            ("gpu_model", "GPU model"),
+                            ("tenant", "Tenant"),
+                        )
+                    ),
+                    html.Div(
+                        [
+                            html.Label("Group by"),
+                            dcc.Dropdown(
+                                id="filters-by",
+                                options=list(GROUPINGS),
+                                value="tenant",
+                                clearable=False,
+                            ),
+                        ],
+                        className="filter",
+                    ),
+                    html.Div(
+                        [
+                            html.Label("Idle cost"),
+                            dcc.Dropdown(
+                                id="filters-idle_policy",
+                                options=[p.value for p in IdlePolicy],
+                                placeholder="settings",
+                            ),
+                        ],
+                        className="filter",
+                    ),
+                ],
+                className="controls filters",
+            ),
+            html.Div(id="filters-error", className="error"),
             html.Main(dash.page_container, className="main"),
         ]
     )
-    return app
+
+
+@callback(
+    Output("filters-dates", "start_date"),
+    Output("filters-dates", "end_date"),
+    *(Output(f"filters-{name}", "value") for name in _CONTROLS),
+    Output("filters-by", "value"),
+    Output("filters-idle_policy", "value"),
+    Input("shell-url", "search"),
+    State("filters-state", "data"),
+)
+def _from_url(search: str | None, state: str | None) -> tuple[Any, ...]:
+    """The controls as the URL says, on load and on every navigation that changes it."""
+    if state is not None and (search or "") == state:
+        raise dash.exceptions.PreventUpdate  # the URL is what the controls already say
+    today = context.get().now().date()
+    try:
+        f = Filters.parse(search or "", today=today)
+    except InputError:
+        f = Filters.parse("", today=today)
+    return (
+        f.first.isoformat(),
+        f.last.isoformat(),
+        *(getattr(f, name) or None for name in _CONTROLS),
+        f.by,
+        f.idle_policy or None,
+    )
+
+
+@callback(
+    Output("filters-state", "data"),
+    Output("filters-error", "children"),
+    Input("filters-dates", "start_date"),
+    Input("filters-dates", "end_date"),
+    *(Input(f"filters-{name}", "value") for name in _CONTROLS),
+    Input("filters-by", "value"),
+    Input("filters-idle_policy", "value"),
+)
+def _to_state(first: str | None, last: str | None, *values: str | None) -> tuple[Any, str]:
+    """The controls as a query string: the state every page reads (and the URL shows)."""
+    names = ("from", "to", *_CONTROLS, "by", "idle_policy")
+    query = {k: v for k, v in zip(names, (first, last, *values), strict=True) if v}
+    try:
+        f = Filters.parse(query, today=context.get().now().date())
+    except InputError as exc:
+        return dash.no_update, str(exc)
+    return f.query(), ""
+
+
+# The URL follows the filters without a reload (replaceState fires no navigation).
+clientside_callback(
+    """function (state) {
+        if (state && window.location.search !== state) {
+            window.history.replaceState(null, "", window.location.pathname + state);
+        }
+        return "";
+    }""",
+    Output("filters-error", "title"),
+    Input("filters-state", "data"),
+)
+
+
+@callback(
+    Output({"type": "shell-nav", "path": dash.ALL}, "href"),
+    Input("filters-state", "data"),
+    State({"type": "shell-nav", "path": dash.ALL}, "id"),
+)
+def _nav(state: str | None, ids: list[dict[str, str]]) -> list[str]:
+    """Every page's link keeps the filters, so moving between pages keeps the question."""
+    return [i["path"] + (state or "") for i in ids]
+
+
+@callback(
+    Output("filters-cluster", "options"),
+    Output("filters-pool", "options"),
+    Output("filters-gpu_model", "options"),
+    Output("filters-tenant", "options"),
+    Input("filters-cluster", "value"),
+)
+def _choices(cluster: str | None) -> tuple[list[str], list[str], list[str], list[str]]:
+    """What the filters offer: clusters, pools and models in inventory, and the tenants this
+    viewer may see (a tenant's name is its data: never offered outside its scope)."""
+    wh = context.get().wh
+    try:
+        who = context.viewer()
+    except Forbidden:
+        return [], [], [], []
+    kit = fleet.choices(wh, cluster or "")
+    mine = who.tenant
+    tenants = [
+        t for t in fleet.known_tenants(wh) if mine is None or t == mine or t.startswith(mine + "/")
+    ]
+    orgs = sorted({t.split("/")[0] for t in tenants})
+    if mine is not None:
+        orgs = [o for o in orgs if o == mine]
+    return (
+        fleet.known_clusters(wh),
+        sorted(set(kit["pool"].to_list()) - {""}),
+        sorted(set(kit["gpu_model"].to_list()) - {""}),
+        sorted(set(orgs) | set(tenants)),
+    )

@@ -1,15 +1,57 @@
-"""What the pages' callbacks reach the warehouse through: set once by ``create_app``.
+"""What the pages' callbacks and the JSON API reach the warehouse through: set once by
+``create_app``.
 
 Layouts never hold tenant data (they may be served to anyone); callbacks fetch it through
-the warehouse query functions, at request time.
+the warehouse query functions, at request time, for the viewer the shell says is asking.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+from collections.abc import Callable
 
+from gpuledger_errors import GpuledgerError
 from warehouse.client import Warehouse
 from warehouse.ledger import IdleRule
+
+
+class Forbidden(GpuledgerError):
+    """The viewer may not see what was asked (another tenant's rows, or nothing: no login)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Viewer:
+    """Who is asking, as the shell's login saw them: ``role`` is ``admin``, ``manager``,
+    ``tenant:ORG`` or ``tenant:ORG/PROJECT``."""
+
+    name: str
+    role: str
+
+    @property
+    def tenant(self) -> str | None:
+        """The org or org/project this viewer is limited to; None: sees every tenant."""
+        return self.role.removeprefix("tenant:") if self.role.startswith("tenant:") else None
+
+    def scope(self, asked: str | None = None) -> str | None:
+        """The tenant the answer is limited to: what was ``asked`` (an org, org/project, or
+        None for all) within what this viewer may see. Asking outside it is refused, never
+        widened or silently narrowed."""
+        asked = (asked or "").strip().strip("/") or None
+        mine = self.tenant
+        if mine is None:
+            return asked
+        if asked is None or asked == mine or asked.startswith(mine + "/"):
+            return asked or mine
+        raise Forbidden(f"{self.name} ({self.role}) may not see tenant {asked}")
+
+
+#: A viewer for in-process use without the shell's login (tests of the pages, `--insecure`).
+EVERYONE = Viewer("(no login)", "admin")
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 @dataclasses.dataclass
@@ -17,6 +59,11 @@ class Context:
     wh: Warehouse
     idle: IdleRule
     currency: str
+    idle_policy: str = "weighted"
+    #: Who is asking, for the request being answered; None: nobody logged in.
+    viewer: Callable[[], Viewer | None] = lambda: EVERYONE
+    #: The clock; every callback reads "now" here so a test or a replay can pin it.
+    now: Callable[[], dt.datetime] = _utc_now
 
 
 _current: Context | None = None
@@ -31,3 +78,12 @@ def get() -> Context:
     if _current is None:
         raise RuntimeError("the dashboard was not created through dashboards.app.create_app")
     return _current
+
+
+def viewer() -> Viewer:
+    """Who is asking; raises :class:`Forbidden` when nobody is logged in (the shell's login
+    refuses such requests first; this is the second lock, in every callback)."""
+    who = get().viewer()
+    if who is None:
+        raise Forbidden("log in to see this")
+    return who

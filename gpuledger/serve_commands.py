@@ -93,6 +93,15 @@ def _demo_admin(settings: Settings) -> None:
     print(f"dashboard login: admin / {password}  (shown this once; `gpuledger user` manages users)")
 
 
+def _viewer() -> Any:
+    """The dashboards' viewer for the request being answered: the logged-in user, or None."""
+    from dashboards.context import Viewer
+    from gpuledger.login import current_user
+
+    user = current_user()
+    return None if user is None else Viewer(user.name, user.role)
+
+
 def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
     from dashboards.app import create_app
@@ -142,7 +151,13 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         max_bytes=s.spool_max_bytes,
         dedup_window_s=s.dedup_window_s,
     )
-    app = create_app(wh, idle=idle_rule(settings), currency=settings.ledger.currency)
+    app = create_app(
+        wh,
+        idle=idle_rule(settings),
+        currency=settings.ledger.currency,
+        idle_policy=settings.ledger.idle_policy,
+        viewer=None if users is None else _viewer,
+    )
     register(app.server, wh, coalescer, tokens, max_body_bytes=s.max_body_bytes)
     if users is not None:
         protect(

@@ -29,3 +29,13 @@ def known_clusters(wh: Warehouse) -> list[str]:
 def clusters(wh: Warehouse) -> pl.DataFrame:
     """Clusters with samples: cluster, first_hour, last_hour, samples."""
     return run(wh, "clusters")
+
+
+def choices(wh: Warehouse, cluster: str = "") -> pl.DataFrame:
+    """The pools and GPU models in inventory (of ``cluster``, or of all): pool, gpu_model."""
+    return run(wh, "fleet_choices", cluster=cluster)
+
+
+def known_tenants(wh: Warehouse) -> list[str]:
+    """Every tenant ("org/project") in the tenants table or on a job, sorted."""
+    return [str(t) for t in run(wh, "known_tenants")["tenant"].to_list()]

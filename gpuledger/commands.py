@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuledger.inputs import day, instant
-from gpuledger.output import format_duration, format_rows
+from gpuledger.output import format_rows
 from gpuledger.settings import Settings
 from gpuledger_errors import InputError
-from warehouse.times import FIRST_INSTANT
+from warehouse.times import format_duration
 
 if TYPE_CHECKING:
     from warehouse.client import Warehouse
@@ -409,22 +409,7 @@ def _cluster(wh: Any, given: str, *, one: bool = True) -> str:
     False, '' (every cluster) when none was asked for."""
     from warehouse.analytics import fleet
 
-    names = fleet.known_clusters(wh)
-    if given:
-        if given not in names:
-            known = ", ".join(names) if names else "none yet"
-            raise InputError(f"--cluster {given!r} is not in the warehouse (its clusters: {known})")
-        return given
-    if not one or len(names) == 1:
-        return names[0] if len(names) == 1 and one else ""
-    if not names:
-        raise InputError(
-            "the warehouse holds no cluster's data yet: fill it with `gpuledger demo`, "
-            "`gpuledger import` or a collector"
-        )
-    raise InputError(
-        f"the warehouse holds several clusters ({', '.join(names)}): pick one with --cluster"
-    )
+    return fleet.pick_cluster(wh, given, name="--cluster", one=one)
 
 
 def cmd_queues(
@@ -482,24 +467,13 @@ def cmd_fragmentation(
     out: TextIO | None = None,
 ) -> int:
     from gpuledger.app import reading_warehouse
-    from warehouse.analytics.fragmentation import fragmentation_at
+    from warehouse.analytics.fragmentation import fragmentation_at, trailing_days
 
     at = _at(args.at, utc_now())
-    most = (at - FIRST_INSTANT) / dt.timedelta(days=1)
-    if not 0 < args.window_days <= most:  # NaN too
-        raise InputError(
-            f"--window-days {args.window_days:g} must be more than 0 and reach back no "
-            f"further than {FIRST_INSTANT:%Y-%m-%d} ({most:.0f} days before --at)"
-        )
+    window = trailing_days(args.window_days, at, "--window-days")
     wh = reading_warehouse(settings, wh)
     out = sys.stdout if out is None else out
-    report = fragmentation_at(
-        wh,
-        _cluster(wh, args.cluster),
-        at,
-        window=dt.timedelta(days=args.window_days),
-        scope=args.scope,
-    )
+    report = fragmentation_at(wh, _cluster(wh, args.cluster), at, window=window, scope=args.scope)
     print(report.to_json() if args.format == "json" else report.to_text(), file=out)
     return 0
 

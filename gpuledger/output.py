@@ -73,24 +73,6 @@ def _numeric(text: str) -> bool:
     return True
 
 
-def format_duration(seconds: float | None) -> str:
-    """A duration as a person reads it: ``45 s``, ``12 m 5 s``, ``3 h 7 m``, ``2 d 0 h 38 m``
-    (seconds are dropped from an hour on, as a wait of hours is not read to the second)."""
-    if seconds is None or not math.isfinite(seconds):
-        return ""
-    whole = round(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h {minutes} m"
-    if hours:
-        return f"{hours} h {minutes} m"
-    if minutes:
-        return f"{minutes} m {secs} s"
-    return f"{secs} s"
-
-
 def one_line(exc: GpuledgerError) -> str:
     """An error's message on one line (a source's own text, such as sacct's stderr, may have
     more), as the CLI prints it after ``gpuledger: ``."""

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuledger.cli import format_rows
-from gpuledger.output import format_duration
 from gpuledger.parser import parse
+from warehouse.times import format_duration
 
 pytestmark = pytest.mark.integration
 

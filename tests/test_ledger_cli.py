@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuledger.output import format_duration
+from warehouse.times import format_duration
 
 pytestmark = pytest.mark.integration
 

@@ -1,14 +1,16 @@
-"""The instants the warehouse can hold, from FIRST_INSTANT up to END_INSTANT (excluded).
+"""The instants the warehouse can hold, from FIRST_INSTANT up to END_INSTANT (excluded), and
+the days, times and durations people type and read.
 
 Its DateTime columns (the rollups) run from 1970 to early 2106, its Date columns (the sealed
 days) to 2149. A time asked about must lie in between: outside, the engine would clamp it or
 refuse it in its own words. (A module of its own, importing no driver, so that the command
-line can check what is typed without loading the engine's.)
+line and the dashboards can check what is typed without loading the engine's.)
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 from gpuledger_errors import InputError
 
@@ -34,3 +36,41 @@ def day(text: str, flag: str) -> dt.datetime:
             f"{FIRST_DAY} to {LAST_DAY}"
         )
     return dt.datetime(date.year, date.month, date.day, tzinfo=dt.UTC)
+
+
+def instant(text: str, flag: str, example: str, *, offset: bool = False) -> dt.datetime:
+    """The ISO time ``text``, UTC when it has no offset (with ``offset``, one is required);
+    ``flag`` names it in the error (``--at``, the API's ``at``) and ``example`` is shown when
+    it is not one."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(f"{flag} {text!r} is not an ISO time such as {example}") from None
+    if when.tzinfo is None:
+        if offset:
+            raise InputError(f"{flag} {text!r} has no UTC offset: add one, e.g. +00:00")
+        when = when.replace(tzinfo=dt.UTC)
+    if not FIRST_INSTANT <= when < END_INSTANT:
+        raise InputError(
+            f"{flag} {text!r} is outside the times the warehouse holds: pick one from "
+            f"{FIRST_INSTANT:%Y-%m-%d} to {END_INSTANT:%Y-%m-%d} (UTC)"
+        )
+    return when
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration as a person reads it: ``45 s``, ``12 m 5 s``, ``3 h 7 m``, ``2 d 0 h 38 m``
+    (seconds are dropped from an hour on, as a wait of hours is not read to the second)."""
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    whole = round(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h {minutes} m"
+    if hours:
+        return f"{hours} h {minutes} m"
+    if minutes:
+        return f"{minutes} m {secs} s"
+    return f"{secs} s"

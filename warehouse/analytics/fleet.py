@@ -7,6 +7,7 @@ import datetime as dt
 
 import polars as pl
 
+from gpuledger_errors import InputError
 from warehouse.client import Warehouse
 from warehouse.queries import run
 
@@ -24,6 +25,28 @@ def fleet_summary(wh: Warehouse, cluster: str) -> pl.DataFrame:
 def known_clusters(wh: Warehouse) -> list[str]:
     """Every cluster with samples, inventory or job events, sorted."""
     return [str(c) for c in run(wh, "known_clusters")["cluster"].to_list()]
+
+
+def pick_cluster(wh: Warehouse, given: str, *, name: str = "cluster", one: bool = True) -> str:
+    """The cluster asked for (which must exist), or the only one there is; with ``one``
+    False, '' (every cluster) when none was asked for. ``name`` is how the asker spells the
+    parameter in the error (the CLI's ``--cluster``, the API's ``cluster``)."""
+    names = known_clusters(wh)
+    if given:
+        if given not in names:
+            known = ", ".join(names) if names else "none yet"
+            raise InputError(f"{name} {given!r} is not in the warehouse (its clusters: {known})")
+        return given
+    if not one or len(names) == 1:
+        return names[0] if len(names) == 1 and one else ""
+    if not names:
+        raise InputError(
+            "the warehouse holds no cluster's data yet: fill it with `gpuledger demo`, "
+            "`gpuledger import` or a collector"
+        )
+    raise InputError(
+        f"the warehouse holds several clusters ({', '.join(names)}): pick one with {name}"
+    )
 
 
 def clusters(wh: Warehouse) -> pl.DataFrame:

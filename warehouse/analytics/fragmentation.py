@@ -53,6 +53,7 @@ import polars as pl
 from gpuledger_errors import InputError
 from warehouse import queries
 from warehouse.client import Warehouse
+from warehouse.times import FIRST_INSTANT
 
 UNALLOCATED = "__unallocated__"
 SCOPES = ("model", "cluster")
@@ -279,6 +280,18 @@ def _utc(ts: dt.datetime, name: str) -> dt.datetime:
     if not isinstance(ts, dt.datetime) or ts.tzinfo is None:
         raise FragmentationError(f"{name} {ts!r} must be a timezone-aware datetime (UTC)")
     return ts.astimezone(dt.UTC)
+
+
+def trailing_days(days: float, at: dt.datetime, name: str = "window_days") -> dt.timedelta:
+    """The task mix's window of ``days`` before ``at``: more than 0 and reaching back no
+    further than the warehouse's first instant (NaN and infinity refused, naming ``name``)."""
+    most = (_utc(at, "at") - FIRST_INSTANT) / dt.timedelta(days=1)
+    if not 0 < days <= most:  # NaN too
+        raise FragmentationError(
+            f"{name} {days:g} must be more than 0 and reach back no further than "
+            f"{FIRST_INSTANT:%Y-%m-%d} ({most:.0f} days before the time asked)"
+        )
+    return dt.timedelta(days=days)
 
 
 def _check(scope: str, window: dt.timedelta, mix_event: str) -> None:

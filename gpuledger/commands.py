@@ -429,21 +429,11 @@ def cmd_queues(
     start, end = window.start, window.end
     wh = reading_warehouse(settings, wh)
     out = sys.stdout if out is None else out
-    by = (args.by,)
-    cluster = _cluster(wh, args.cluster)
-    waits = queues.wait_times(wh, cluster, start, end, by=by)
-    rates, reasons, lost = queues.failures(wh, cluster, start, end, by=by)
-    frames = {
-        "wait_times": waits,
-        "outcomes": rates,
-        "top_reasons": reasons,
-        "lost_gpu_hours": lost,
-    }
+    result = queues.report(wh, _cluster(wh, args.cluster), start, end, by=(args.by,))
     if args.format == "json":
-        doc = {k: f.to_dicts() for k, f in frames.items()}
-        print(json.dumps(doc, indent=1, default=str), file=out)
+        print(json.dumps(result.to_dict(), indent=1, default=str), file=out)
         return 0
-    for title, frame in frames.items():
+    for title, frame in result.frames().items():
         print(f"{title}:", file=out)
         # durations (columns in seconds, `_s`) as a person reads them; JSON keeps seconds
         header = [c.removesuffix("_s") for c in frame.columns]

@@ -28,9 +28,12 @@ from gpuledger_errors import InputError
 from warehouse import queries
 from warehouse.analytics import queues
 from warehouse.analytics.fragmentation import free_state
+from warehouse.analytics.tenancy import in_tenant, owns
 from warehouse.client import Warehouse
 
 EPS = 1e-6
+#: How a tenant's view names the other tenants it is told about (never by name).
+OTHER_TENANTS = "other tenants"
 REQUEUE_EVENTS = ("preempted", "evicted", "failed")
 _MINUTE = dt.timedelta(minutes=1)
 
@@ -101,7 +104,7 @@ class Explanation:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types for JSON: times as ISO 8601, floats rounded to 1e-4."""
-        return _plain(
+        return plain(
             {
                 "subject": self.subject,
                 "id": self.subject_id,
@@ -123,15 +126,16 @@ class Explanation:
         )
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """A value in plain types for JSON: times as ISO 8601, floats rounded to 1e-4."""
     if isinstance(value, dt.datetime):
         return value.isoformat()
     if isinstance(value, float):
         return round(value, 4)
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 
@@ -154,7 +158,7 @@ def _when(ts: dt.datetime) -> str:
     return f"{ts:%Y-%m-%d %H:%M} UTC"
 
 
-def _waiting(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFrame:
+def waiting_at(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFrame:
     """The job attempts waiting at ``at`` (queued_ts <= at < left_queue_ts)."""
     rows = queues.attempts(wh, cluster, at, at + dt.timedelta(milliseconds=1))
     return rows.filter(
@@ -270,7 +274,7 @@ def why_job(wh: Warehouse, cluster: str, job_id: str, at: dt.datetime) -> Explan
         .sort("gpu_model")
         .iter_rows(named=True)
     }
-    reasons = waiting_reasons(job_id, job, quotas, allocs, free, _waiting(wh, cluster, at))
+    reasons = waiting_reasons(job_id, job, quotas, allocs, free, waiting_at(wh, cluster, at))
     n, share = _shape(job)
     since = (
         f"since {_when(job['queued_ts'])} ({_ago(job['queued_ts'], at)})"
@@ -298,8 +302,14 @@ def waiting_reasons(
     allocs: pl.DataFrame,
     free: pl.DataFrame,
     waiting: pl.DataFrame,
+    *,
+    viewer: str | None = None,
 ) -> list[Reason]:
-    """The reasons a waiting job does not start, in the order a scheduler checks them."""
+    """The reasons a waiting job does not start, in the order a scheduler checks them.
+
+    ``viewer`` set (an org or org/project): told to that tenant, so the tenants a reclaim
+    waits on are named only when they are its own, and of the jobs ahead only its own are
+    listed (the counts stay whole)."""
     tenant, pool, model = job["tenant"], job["pool"], job["gpu_model"]
     request = float(job["gpus_requested"])
     quota = _quota(quotas, tenant, pool, model)
@@ -313,10 +323,10 @@ def waiting_reasons(
         if r is not None
     ]
     if quota is not None and reasons[-1].code in ("no_free_gpu", "fragmented"):
-        reclaim = _reclaim_reason(tenant, pool, quota, held, request, quotas, allocs)
+        reclaim = _reclaim_reason(tenant, pool, quota, held, request, quotas, allocs, viewer)
         if reclaim is not None:
             reasons.append(reclaim)
-    ahead = _priority_reason(job_id, job, waiting)
+    ahead = _priority_reason(job_id, job, waiting, viewer)
     if ahead is not None:
         reasons.append(ahead)
     if [r.code for r in reasons] == ["capacity_available"]:
@@ -423,6 +433,7 @@ def _reclaim_reason(
     request: float,
     quotas: pl.DataFrame,
     allocs: pl.DataFrame,
+    viewer: str | None = None,
 ) -> Reason | None:
     guaranteed, model = float(quota["guaranteed_gpus"]), quota["gpu_model"]
     if held + request > guaranteed + EPS:
@@ -431,6 +442,8 @@ def _reclaim_reason(
     if not borrowers:
         return None
     total = sum(borrowers.values())
+    if viewer is not None:
+        borrowers = _told_to(viewer, borrowers)
     who = ", ".join(f"{t} {g:g}" for t, g in borrowers.items())
     return Reason(
         "reclaim",
@@ -463,7 +476,16 @@ def borrowed_by(
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _priority_reason(job_id: str, job: Mapping[str, Any], waiting: pl.DataFrame) -> Reason | None:
+def _told_to(viewer: str, borrowers: Mapping[str, float]) -> dict[str, float]:
+    """``borrowers`` with the tenants outside ``viewer`` folded into one unnamed line."""
+    mine = {t: g for t, g in borrowers.items() if owns(viewer, t)}
+    others = sum(g for t, g in borrowers.items() if not owns(viewer, t))
+    return mine | ({OTHER_TENANTS: others} if others > EPS else {})
+
+
+def _priority_reason(
+    job_id: str, job: Mapping[str, Any], waiting: pl.DataFrame, viewer: str | None = None
+) -> Reason | None:
     others = waiting.filter(pl.col("job_id") != job_id)
     if job["queue"]:
         others = others.filter(pl.col("queue") == job["queue"])
@@ -494,7 +516,9 @@ def _priority_reason(job_id: str, job: Mapping[str, Any], waiting: pl.DataFrame)
             "higher_priority": higher.height,
             "same_priority_earlier": earlier.height,
             "ahead_gpus": float(ahead["gpus_requested"].sum()),
-            "jobs": sorted(ahead["job_id"].to_list()),
+            "jobs": sorted(
+                (ahead if viewer is None else ahead.filter(in_tenant(viewer)))["job_id"].to_list()
+            ),
         },
     )
 
@@ -724,7 +748,7 @@ def why_tenant(
     for r in mine.iter_rows(named=True):
         if _quota(quotas, tenant, r["pool"], r["gpu_model"]) is None:
             keys.add((r["pool"], r["gpu_model"]))
-    waiting = _waiting(wh, cluster, at)
+    waiting = waiting_at(wh, cluster, at)
     pools = [
         pool_position(tenant, pool, model, quotas, allocs, waiting, idle_threshold_ratio)
         for pool, model in sorted(keys)

@@ -52,6 +52,7 @@ import polars as pl
 
 from gpuledger_errors import InputError
 from warehouse import queries
+from warehouse.analytics.tenancy import in_tenant
 from warehouse.client import Warehouse
 from warehouse.times import FIRST_INSTANT
 
@@ -354,7 +355,8 @@ class FragmentationReport:
     ``per_node``: node, pool, gpu_model, gpus, capacity_gpus, held_gpus, free_gpus,
     whole_free_gpus, fgd_gpus. ``per_tenant_stranded``: tenant, pool, gpu_model, stranded_gpus (sums
     to ``cluster_fgd_gpus``). ``largest_startable``: see :func:`largest_startable`.
-    ``task_mix``: gpu_model, gpus, share, attempts, popularity.
+    ``task_mix``: gpu_model, gpus, share, attempts, popularity. ``tenant`` set: one tenant's
+    view (:meth:`for_tenant`).
     """
 
     cluster: str
@@ -368,6 +370,14 @@ class FragmentationReport:
     per_tenant_stranded: pl.DataFrame
     largest_startable: pl.DataFrame
     task_mix: pl.DataFrame
+    tenant: str | None = None
+
+    def for_tenant(self, tenant: str) -> FragmentationReport:
+        """What a tenant may see: the cluster's free and stranded capacity (facts of the
+        nodes, naming nobody) and of the stranded attribution its own rows alone (an org's:
+        all of its projects'); other tenants' shares and the unallocated share are left out."""
+        mine = self.per_tenant_stranded.filter(in_tenant(tenant))
+        return dataclasses.replace(self, per_tenant_stranded=mine, tenant=tenant)
 
     @property
     def stranded_ratio(self) -> float | None:
@@ -386,6 +396,7 @@ class FragmentationReport:
         ratio = self.stranded_ratio
         return {
             "cluster": self.cluster,
+            "tenant": self.tenant,
             "at": self.at.isoformat(),
             "scope": self.scope,
             "window_s": int(self.window.total_seconds()),
@@ -513,6 +524,38 @@ def _sampled(
     return per_node.with_columns(hours), per_tenant.with_columns(hours), units
 
 
+def stranded_over(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    step: dt.timedelta = _HOUR,
+    *,
+    window: dt.timedelta = DEFAULT_WINDOW,
+    scope: str = "model",
+    mix_event: str = "started",
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(:func:`stranded_gpu_hours`, :func:`stranded_by_tenant`) from one sampling, for a
+    reader that shows both (the capacity page)."""
+    per_node, per_tenant, _ = _sampled(wh, cluster, start, end, step, window, scope, mix_event)
+    series = (
+        per_node.group_by("ts", "pool", "gpu_model")
+        .agg(
+            pl.col("capacity_gpus").sum(),
+            pl.col("free_gpus").sum(),
+            pl.col("fgd_gpus").sum().alias("stranded_gpus"),
+            (pl.col("fgd_gpus") * pl.col("hours")).sum().alias("stranded_gpu_hours"),
+        )
+        .sort("ts", "pool", "gpu_model")
+    )
+    tenants = (
+        per_tenant.group_by("tenant", "pool", "gpu_model")
+        .agg((pl.col("stranded_gpus") * pl.col("hours")).sum().alias("stranded_gpu_hours"))
+        .sort("stranded_gpu_hours", "tenant", descending=[True, False])
+    )
+    return series, tenants
+
+
 def stranded_gpu_hours(
     wh: Warehouse,
     cluster: str,
@@ -530,17 +573,10 @@ def stranded_gpu_hours(
     Columns: ts, pool, gpu_model, capacity_gpus (schedulable), free_gpus, stranded_gpus,
     stranded_gpu_hours. A pool with no schedulable GPU at t_i has no row there.
     """
-    per_node, _, _ = _sampled(wh, cluster, start, end, step, window, scope, mix_event)
-    return (
-        per_node.group_by("ts", "pool", "gpu_model")
-        .agg(
-            pl.col("capacity_gpus").sum(),
-            pl.col("free_gpus").sum(),
-            pl.col("fgd_gpus").sum().alias("stranded_gpus"),
-            (pl.col("fgd_gpus") * pl.col("hours")).sum().alias("stranded_gpu_hours"),
-        )
-        .sort("ts", "pool", "gpu_model")
+    sampled = stranded_over(
+        wh, cluster, start, end, step, window=window, scope=scope, mix_event=mix_event
     )
+    return sampled[0]
 
 
 def stranded_by_tenant(
@@ -558,9 +594,7 @@ def stranded_by_tenant(
     :func:`stranded_gpu_hours`, whose total it matches). Columns: tenant, pool, gpu_model,
     stranded_gpu_hours; ``__unallocated__`` holds the fragment of nodes nobody used.
     """
-    _, per_tenant, _ = _sampled(wh, cluster, start, end, step, window, scope, mix_event)
-    return (
-        per_tenant.group_by("tenant", "pool", "gpu_model")
-        .agg((pl.col("stranded_gpus") * pl.col("hours")).sum().alias("stranded_gpu_hours"))
-        .sort("stranded_gpu_hours", "tenant", descending=[True, False])
+    sampled = stranded_over(
+        wh, cluster, start, end, step, window=window, scope=scope, mix_event=mix_event
     )
+    return sampled[1]

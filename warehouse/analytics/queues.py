@@ -21,8 +21,10 @@ pure functions turn those rows into the answers. Definitions:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -30,6 +32,7 @@ import polars as pl
 from collector.records import TERMINAL_EVENTS
 from gpuledger_errors import InputError
 from warehouse import queries
+from warehouse.analytics.tenancy import in_tenant
 from warehouse.client import Warehouse
 
 GROUPS = ("tenant", "queue", "pool", "gpu_model")
@@ -346,3 +349,65 @@ def failures(
         top_reasons(rows, start, end, top, by),
         lost_hours(rows, start, end, by),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueReport:
+    """Waiting and failure over a window, grouped one way: what ``gpuledger queues`` prints
+    and ``/api/v1/queues`` answers. ``tenant`` set: one tenant's view (its own attempts
+    alone, so its percentiles are its own)."""
+
+    wait_times: pl.DataFrame
+    outcomes: pl.DataFrame
+    top_reasons: pl.DataFrame
+    lost_gpu_hours: pl.DataFrame
+    tenant: str | None = None
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        """The four tables by their names in the JSON document."""
+        return {
+            "wait_times": self.wait_times,
+            "outcomes": self.outcomes,
+            "top_reasons": self.top_reasons,
+            "lost_gpu_hours": self.lost_gpu_hours,
+        }
+
+    def to_dict(self) -> dict[str, list[dict[str, Any]]]:
+        """Each table as a list of rows (durations in seconds, in the ``_s`` columns)."""
+        return {name: frame.to_dicts() for name, frame in self.frames().items()}
+
+
+def report(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    by: Sequence[str] = ("tenant",),
+    *,
+    tenant: str | None = None,
+    pool: str = "",
+    gpu_model: str = "",
+    top: int = 5,
+) -> QueueReport:
+    """Wait-time percentiles, outcome rates, top reasons and lost GPU-hours per group over
+    [start, end), from one query; ``tenant`` (an org or org/project), ``pool`` and
+    ``gpu_model`` keep their attempts alone."""
+    start, end = _window(start, end)
+    by = _by(by)
+    rows = attempts(wh, cluster, start, end).filter(_only(tenant, pool, gpu_model))
+    return QueueReport(
+        wait_percentiles(rows, start, end, by),
+        outcome_rates(rows, start, end, by),
+        top_reasons(rows, start, end, top, by),
+        lost_hours(rows, start, end, by),
+        tenant,
+    )
+
+
+def _only(tenant: str | None, pool: str, gpu_model: str) -> pl.Expr:
+    """The attempts of ``tenant`` (None: all), ``pool`` and ``gpu_model`` ("": all)."""
+    keep = in_tenant(tenant) if tenant is not None else pl.lit(True)
+    for column, value in (("pool", pool), ("gpu_model", gpu_model)):
+        if value:
+            keep = keep & (pl.col(column) == value)
+    return keep

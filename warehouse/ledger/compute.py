@@ -31,6 +31,7 @@ import polars as pl
 from warehouse import queries
 from warehouse.analytics import fleet
 from warehouse.analytics.fragmentation import stranded_gpu_hours
+from warehouse.analytics.tenancy import in_tenant
 from warehouse.client import Warehouse
 from warehouse.ledger.energy import energy_cost
 from warehouse.ledger.pricing import (
@@ -180,12 +181,6 @@ def _capacity(
         if ms > 0
     }
     return cost, cap_ms / 3.6e6, healthy_ms / 3.6e6, missing
-
-
-def in_tenant(tenant: str, column: str = "tenant") -> pl.Expr:
-    """Whether a row's ``column`` (an "org/project" key) belongs to ``tenant``, an org (all of
-    its projects) or one org/project."""
-    return (pl.col(column) == tenant) | pl.col(column).str.starts_with(tenant + "/")
 
 
 def _part(

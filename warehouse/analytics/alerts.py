@@ -1,0 +1,121 @@
+"""What is open now: the alerts that fired and have not resolved (table ``alerts``) and the
+scheduler advice still in force (table ``advice``). Both tables keep history, one row per
+change; the state of an alert or advice is its latest row.
+
+Alerting and advice are written by the chargeback-and-alerts and scheduler-hooks work; until
+then both tables are empty, and so are these answers.
+
+Who sees what: a tenant's view (``tenant=``, an org or org/project) holds the alerts on its
+own jobs alone (an alert naming no tenant, a node's or a GPU's, is the cluster's) and the
+advice that takes GPUs from it or gives GPUs to it. In advice, the tenant on the other side is
+not named (:data:`ANOTHER_TENANT`), that side's jobs are not listed, and the free-text reason
+and patch are left out unless both sides are its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+
+from gpuledger_errors import InputError
+from warehouse import queries
+from warehouse.analytics.tenancy import owns
+from warehouse.client import Warehouse
+
+#: Alert states after which an alert is no longer open.
+CLOSED_STATES = ("resolved", "closed")
+#: Advice statuses after which advice is no longer in force.
+DONE_STATUSES = ("applied", "rejected", "superseded", "withdrawn", "expired")
+#: How a tenant's view names the tenant on the other side of advice.
+ANOTHER_TENANT = "(another tenant)"
+LIMIT = 500
+
+
+def written(wh: Warehouse) -> tuple[int, int]:
+    """How many rows alerting and advice have written in all: (alerts, advice); (0, 0) until
+    the work that fills them runs, which a page tells apart from "nothing open now"."""
+    row = queries.run(wh, "alerts_written").row(0)
+    return int(row[0]), int(row[1])
+
+
+def _utc(at: dt.datetime) -> dt.datetime:
+    if not isinstance(at, dt.datetime) or at.tzinfo is None:
+        raise InputError(f"at {at!r} must be a timezone-aware datetime (UTC)")
+    return at.astimezone(dt.UTC)
+
+
+def _unprefixed(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.rename({c: c.removeprefix("last_") for c in frame.columns})
+
+
+def open_alerts(
+    wh: Warehouse,
+    at: dt.datetime,
+    *,
+    cluster: str = "",
+    tenant: str | None = None,
+    limit: int = LIMIT,
+) -> pl.DataFrame:
+    """The alerts open at ``at``, most recently changed first (at most ``limit``).
+
+    Columns: alert_id, rule, severity, state, first_ts, last_ts, cluster, node, gpu_uuid,
+    job_id, tenant, value, threshold, message.
+    """
+    frame = queries.run(
+        wh,
+        "alerts_open",
+        at=_utc(at),
+        cluster=cluster,
+        tenant=tenant or "",
+        closed=list(CLOSED_STATES),
+        limit=limit,
+    )
+    return _unprefixed(frame)
+
+
+def current_advice(
+    wh: Warehouse,
+    at: dt.datetime,
+    *,
+    cluster: str = "",
+    tenant: str | None = None,
+    limit: int = LIMIT,
+) -> pl.DataFrame:
+    """The advice in force at ``at``, newest first (at most ``limit``), as ``tenant`` may see
+    it (see the module docstring).
+
+    Columns: advice_id, kind, first_ts, last_ts, cluster, pool, gpu_model, from_tenant,
+    to_tenant, gpus, job_ids, reason, payload, status.
+    """
+    frame = _unprefixed(
+        queries.run(
+            wh,
+            "advice_current",
+            at=_utc(at),
+            cluster=cluster,
+            tenant=tenant or "",
+            done=list(DONE_STATUSES),
+            limit=limit,
+        )
+    )
+    return frame if tenant is None else told_to(frame, tenant)
+
+
+def told_to(advice: pl.DataFrame, tenant: str) -> pl.DataFrame:
+    """``advice`` as ``tenant`` may see it: the other side unnamed, its jobs unlisted, and
+    the reason and patch left out unless both sides are the tenant's own."""
+    rows = []
+    for row in advice.iter_rows(named=True):
+        giver, taker = owns(tenant, row["from_tenant"]), owns(tenant, row["to_tenant"])
+        rows.append(
+            row
+            | {
+                "from_tenant": row["from_tenant"] if giver else ANOTHER_TENANT,
+                "to_tenant": row["to_tenant"] if taker else ANOTHER_TENANT,
+                "job_ids": list(row["job_ids"] or ()) if giver else [],
+                "reason": row["reason"] if giver and taker else "",
+                "payload": row["payload"] if giver and taker else "",
+            }
+        )
+    return pl.DataFrame(rows, schema=advice.schema, orient="row") if rows else advice

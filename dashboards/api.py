@@ -13,7 +13,9 @@ import flask
 
 from dashboards import context
 from dashboards.answers import Answer
+from dashboards.answers import capacity as capacity_answers
 from dashboards.answers import ledger as ledger_answers
+from dashboards.answers import queues as queue_answers
 from dashboards.context import Forbidden
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
@@ -23,6 +25,8 @@ log = logging.getLogger(__name__)
 #: Every answer the API serves, by the last part of its path.
 ANSWERS: dict[str, Answer] = {
     "ledger": ledger_answers.answer,
+    "fragmentation": capacity_answers.answer,
+    "queues": queue_answers.answer,
 }
 
 

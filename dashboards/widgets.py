@@ -1,0 +1,105 @@
+"""Pieces the pages share: reading who asks and what (the shell's filters), and rendering
+tables, figures and messages in one look. No data of its own: every figure a page shows comes
+from :mod:`dashboards.answers` or the warehouse's analytics."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dash_ag_grid as dag
+import plotly.graph_objects as go
+import polars as pl
+from dash import html
+
+from dashboards import context
+from dashboards.context import Viewer
+from dashboards.filters import Filters
+from warehouse.times import format_duration
+
+
+def asked(state: str | None) -> tuple[Filters, Viewer]:
+    """The shared filters (from the ``filters-state`` store) and who asks; raises
+    :class:`~dashboards.context.Forbidden` or :class:`~gpuledger_errors.InputError`, which a
+    callback renders with :func:`message`."""
+    filters = Filters.parse(state or "", today=context.get().now().date())
+    return filters, context.viewer()
+
+
+def message(text: str, kind: str = "empty") -> html.P:
+    """A short sentence in place of figures: an empty state, or a refusal (``kind="error"``)."""
+    return html.P(text, className=kind)
+
+
+def when(ts: dt.datetime | None) -> str:
+    """An instant as people read it on a page (UTC)."""
+    return f"{ts:%Y-%m-%d %H:%M} UTC" if ts is not None else ""
+
+
+def _cell(value: Any, name: str) -> Any:
+    if name.endswith("_s") and isinstance(value, int | float):
+        return format_duration(value)
+    if isinstance(value, dt.datetime):
+        return when(value)
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return value
+
+
+def table(
+    component_id: str,
+    frame: pl.DataFrame,
+    columns: Mapping[str, str],
+    *,
+    empty: str,
+    height: int | None = None,
+) -> dag.AgGrid | html.P:
+    """``frame``'s ``columns`` (name → header) as a sortable grid, durations (``_s``) in
+    words and times in UTC; ``empty`` in its place when it has no rows."""
+    if not frame.height:
+        return message(empty)
+    names = [c for c in columns if c in frame.columns]
+    rows = [{n: _cell(r[n], n) for n in names} for r in frame.select(names).iter_rows(named=True)]
+    style = {"height": f"{height}px"} if height else {}
+    return dag.AgGrid(
+        id=component_id,
+        rowData=rows,
+        columnDefs=[{"field": n, "headerName": columns[n]} for n in names],
+        defaultColDef={"sortable": True, "resizable": True, "filter": True},
+        columnSize="responsiveSizeToFit",
+        dashGridOptions={"domLayout": "autoHeight"} if not height else {},
+        style=style,
+    )
+
+
+def figure(height: int = 360, **layout: Any) -> go.Figure:
+    """An empty figure in the house look."""
+    return go.Figure(
+        layout={
+            "template": "plotly_white",
+            "height": height,
+            "margin": {"l": 60, "r": 20, "t": 30, "b": 40},
+            **layout,
+        }
+    )
+
+
+def blank(text: str, height: int = 360) -> go.Figure:
+    """A figure with no data that says why, instead of empty axes."""
+    fig = figure(height, xaxis={"visible": False}, yaxis={"visible": False})
+    fig.add_annotation(text=text, showarrow=False, font={"size": 14, "color": "#5b6478"})
+    return fig
+
+
+def kpi(label: str, value: str) -> html.Div:
+    return html.Div(
+        [html.Div(value, className="value"), html.Div(label, className="label")], className="kpi"
+    )
+
+
+def words(seconds: Sequence[float | None]) -> list[str]:
+    """Durations in words (see :func:`warehouse.times.format_duration`)."""
+    return [format_duration(s) for s in seconds]

@@ -22,7 +22,7 @@ def call(
     outs = [dict(zip(("id", "property"), o.split(".", 1), strict=True)) for o in outputs]
     many = len(outs) > 1
     body = {
-        "output": outputs[0],
+        "output": (".." + "...".join(outputs) + "..") if many else outputs[0],
         "outputs": outs if many else outs[0],
         "inputs": [
             {"id": k.split(".", 1)[0], "property": k.split(".", 1)[1], "value": v}
@@ -31,8 +31,6 @@ def call(
         "changedPropIds": [next(iter(inputs))],
         "state": [],
     }
-    if many:
-        body["output"] = ".." + "...".join(outputs) + ".."
     reply = client.post("/_dash-update-component", json=body)
     assert reply.status_code == status, reply.data[:800]
     response: dict[str, Any] = reply.get_json()["response"]

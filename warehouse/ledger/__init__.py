@@ -22,6 +22,7 @@ from warehouse.ledger.result import (
     UnallocatedLine,
     UnpricedHours,
     Window,
+    grouping_keys,
 )
 from warehouse.ledger.seal import SealReport, seal_days, start_sealer
 from warehouse.ledger.usage import SOURCES
@@ -47,6 +48,7 @@ __all__ = [
     "UnpricedHours",
     "Window",
     "compute_ledger",
+    "grouping_keys",
     "load_price_book",
     "seal_days",
     "start_sealer",

@@ -21,27 +21,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from gpuledger_errors import InputError
 from reports import tables
 from reports.chargeback import Chargeback
-
-FORMATS = ("csv", "xlsx", "html", "pdf", "focus")
-
-
-class FormatError(InputError):
-    """A format that is not one gpuledger writes."""
-
-
-def formats(text: str) -> tuple[str, ...]:
-    """``csv,xlsx`` as a tuple, each checked."""
-    asked = tuple(f.strip().lower() for f in text.split(",") if f.strip())
-    wrong = [f for f in asked if f not in FORMATS]
-    if wrong or not asked:
-        raise FormatError(
-            f"--formats {text!r}: {', '.join(wrong) or 'none given'} is not a report format; "
-            f"use some of {','.join(FORMATS)}"
-        )
-    return tuple(dict.fromkeys(asked))
+from reports.formats import FormatError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,8 @@ from conftest import fresh_database, ledger_between, simulate
 
 from collector.records import JobEvent
 from reports.chargeback import build_chargeback
-from reports.files import formats, render_csv, write_reports
+from reports.files import render_csv, write_reports
+from reports.formats import formats
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
 

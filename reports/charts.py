@@ -19,6 +19,7 @@ _LAYOUT = {
     "width": 900,
     "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
     "legend": {"orientation": "h", "y": -0.15},
+    "xaxis": {"type": "date", "tickformat": "%b %d", "dtick": 86_400_000},
 }
 
 

@@ -27,13 +27,18 @@ th { background: #f5f7fa; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.sub td { font-weight: bold; background: #f5f7fa; }
 @page { size: A4 landscape; margin: 1.2cm; }
-img.chart { width: 100%; max-width: 26cm; }
+img.chart { width: 20cm; }
+pre { white-space: pre-wrap; }
+h2.charts { page-break-before: always; }
 """
 
 
 def _cell(value: Any, kind: str) -> str:
     if kind == "text":
         return f"<td>{html.escape(str(value if value is not None else ''))}</td>"
+    if kind == "ratio" and value is not None:  # a share reads better as a percentage here
+        return f'<td class="num">{value:.1%}</td>'
+
     return f'<td class="num">{html.escape(tables.text(value, kind))}</td>'
 
 
@@ -118,7 +123,7 @@ def render_html(cb: Chargeback, *, images: dict[str, bytes] | None = None) -> st
     else:
         parts.append(f"<pre>{html.escape(cb.change.to_text())}</pre>")
         parts.append(_table(tables.change(cb), currency=cb.currency))
-    parts.append("<h2>Trends</h2>")
+    parts.append('<h2 class="charts">Trends</h2>')
     for n, (name, fig) in enumerate(charts.figures(cb)):
         if images is not None:
             data = base64.b64encode(images[name]).decode()

@@ -55,6 +55,7 @@ from gpuledger.output import exit_status, one_line
 from gpuledger.output import format_rows as format_rows  # re-exported for callers and tests
 from gpuledger.parser import parse
 from gpuledger.quarantine_commands import cmd_quarantine
+from gpuledger.report_commands import cmd_report
 from gpuledger.serve_commands import cmd_demo, cmd_serve
 from gpuledger.settings import Settings, load_settings
 from gpuledger_errors import GpuledgerError, InputError
@@ -92,6 +93,7 @@ COMMANDS = {
     "audit": cmd_audit,
     "token": cmd_token,
     "user": cmd_user,
+    "report": cmd_report,
 }
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from gpuledger.quarantine_commands import add_parser as add_quarantine_parser
+from gpuledger.report_commands import add_parser as add_report_parser
 from gpuledger_errors import InputError
 
 #: The options every command takes, before or after its name, and their values when not given.
@@ -254,6 +255,7 @@ def _parser(
     frag.add_argument("--format", choices=("text", "json"), default="text")
 
     add_quarantine_parser(sub, common)
+    add_report_parser(sub, common)
 
     audit = sub.add_parser(
         "audit", parents=[common], help="who did what: the audit log, newest first"

@@ -287,10 +287,28 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                 warehouse_cluster=settings.warehouse.cluster,
             )
         )
+    scheduler = _periodic_jobs(wh, settings)
     try:
         return _serve(wh, settings, insecure=args.insecure)
     finally:
         stop.set()
+        if scheduler is not None:
+            scheduler.shutdown(wait=True)
         for thread in threads:
             thread.join(timeout=30)
         wh.close()
+
+
+def _periodic_jobs(wh: Any, settings: Settings) -> Any:
+    """The serve process's scheduled jobs (the monthly chargeback), on one APScheduler with
+    threads (never processes: the engine must not be forked); None when there are none."""
+    if not settings.reports.schedule:
+        return None
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from gpuledger.report_commands import schedule_reports
+
+    scheduler = BackgroundScheduler(timezone="UTC")
+    schedule_reports(scheduler, wh, settings)
+    scheduler.start()
+    return scheduler

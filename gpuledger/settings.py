@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gpuledger_errors import ConfigError
+from gpuledger_errors import ConfigError, InputError
 
 if TYPE_CHECKING:
     from gpuledger.oidc import OidcConfig
@@ -409,6 +409,41 @@ class KubernetesSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReportSettings:
+    """The monthly chargeback (`gpuledger report`, and the job `serve` runs)."""
+
+    #: where reports are written (default: ``reports`` in the data directory)
+    out_dir: str = ""
+    formats: str = "csv,xlsx,html,pdf,focus"
+    #: when `serve` writes the previous month's reports: a crontab line, in UTC; "" turns it off
+    schedule: str = "0 6 1 * *"
+    #: the FOCUS export's provider, publisher and invoice issuer
+    provider: str = "gpuledger"
+    #: the FOCUS export's billing account (default: the cluster, or "gpuledger")
+    billing_account: str = ""
+
+    def validate(self) -> None:
+        from reports.formats import formats
+
+        try:
+            formats(self.formats)
+        except InputError as exc:
+            raise SettingsError(f"reports.formats: {exc}") from None
+        if self.schedule:
+            from apscheduler.triggers.cron import CronTrigger
+
+            try:
+                CronTrigger.from_crontab(self.schedule, timezone="UTC")
+            except ValueError as exc:
+                raise SettingsError(
+                    f"reports.schedule {self.schedule!r} is not a crontab line ({exc}): e.g. "
+                    '"0 6 1 * *" (06:00 UTC on the first of each month), or "" for never'
+                ) from None
+        if not self.provider.strip():
+            raise SettingsError("reports.provider must name who issues the charges")
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     warehouse: WarehouseSettings = WarehouseSettings()
     ledger: LedgerSettings = LedgerSettings()
@@ -416,6 +451,7 @@ class Settings:
     server: ServerSettings = ServerSettings()
     agent: AgentSettings = AgentSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
+    reports: ReportSettings = ReportSettings()
 
     def validate(self) -> None:
         for field in dataclasses.fields(self):
@@ -449,6 +485,12 @@ class Settings:
         """server.users_file, or ``users.json`` in the data directory."""
         given = self.server.users_file
         return Path(given).expanduser() if given else self._data_dir / "users.json"
+
+    @property
+    def reports_dir(self) -> Path:
+        """reports.out_dir, or ``reports`` in the data directory."""
+        given = self.reports.out_dir
+        return Path(given).expanduser() if given else self._data_dir / "reports"
 
     @property
     def session_key_file(self) -> Path:

@@ -76,3 +76,18 @@ def test_only_keeps_one_pool_or_model_with_its_cents(fleet: Warehouse) -> None:
     assert "alone" in part.conservation_note()
     with pytest.raises(Exception, match="colour"):
         ledger_between(fleet, START, END, now=NOW, only={"colour": "red"})
+
+
+def test_several_groupings_split_each_row_to_the_cent(fleet: Warehouse) -> None:
+    by_tenant = ledger_between(fleet, START, END, now=NOW, by="tenant")
+    fine = ledger_between(fleet, START, END, now=NOW, by="tenant,user,gpu_model")
+    assert fine.totals == by_tenant.totals
+    assert all(len(r.parts) == 3 and r.key == "/".join(r.parts) for r in fine.rows)
+    for row in by_tenant.rows:
+        mine = [r for r in fine.rows if r.parts[0] == row.key]
+        assert sum((r.total_cost for r in mine), Decimal(0)) == row.total_cost
+        assert sum(r.allocated_gpu_hours for r in mine) == pytest.approx(row.allocated_gpu_hours)
+    assert len(fine.rows) > len(by_tenant.rows)
+    assert fine.to_json()["rows"][0]["parts"] == list(fine.rows[0].parts)
+    with pytest.raises(Exception, match="without repeats"):
+        ledger_between(fleet, START, END, now=NOW, by="tenant,tenant")

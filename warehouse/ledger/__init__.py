@@ -5,7 +5,7 @@ The door every consumer uses: :func:`compute_ledger` returns a frozen :class:`Le
 """
 
 from warehouse.ledger.compute import compute_ledger
-from warehouse.ledger.cost_change import CostChange, why_cost
+from warehouse.ledger.cost_change import CostChange, month_window, why_cost
 from warehouse.ledger.pricing import PriceBook, PriceEntry, load_price_book
 from warehouse.ledger.result import (
     GROUPINGS,
@@ -22,8 +22,9 @@ from warehouse.ledger.result import (
     UnallocatedLine,
     UnpricedHours,
     Window,
+    grouping_keys,
 )
-from warehouse.ledger.seal import SealReport, seal_days, start_sealer
+from warehouse.ledger.seal import SealReport, first_data, seal_days, start_sealer
 from warehouse.ledger.usage import SOURCES
 
 __all__ = [
@@ -47,7 +48,10 @@ __all__ = [
     "UnpricedHours",
     "Window",
     "compute_ledger",
+    "first_data",
+    "grouping_keys",
     "load_price_book",
+    "month_window",
     "seal_days",
     "start_sealer",
     "why_cost",

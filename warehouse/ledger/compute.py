@@ -58,6 +58,7 @@ from warehouse.ledger.result import (
     UnallocatedLine,
     UnpricedHours,
     Window,
+    grouping_keys,
 )
 from warehouse.ledger.seal import usage_with_seals
 from warehouse.ledger.usage import SOURCES, capacity_frame, live_usage_frame
@@ -273,8 +274,7 @@ def build_ledger(
     tenant's lines alone, with the very cents they carry in the whole ledger; ``only`` keeps
     the lines whose keys (``pool``, ``gpu_model``, any of :data:`GROUPINGS`) have those values.
     """
-    if group_by not in GROUPINGS:
-        raise LedgerError(f"--by {group_by!r} is not one of {', '.join(GROUPINGS)}")
+    grouping_keys(group_by)  # a grouping that is not one is refused before any work
     lines = _lines(usage, segments)
     capacity_cost, cap_hours, healthy, capacity_missing = _capacity(capacity, segments)
     direct_exact = sum(lines.direct.values(), Decimal(0))
@@ -330,10 +330,11 @@ def build_ledger(
 def _rows(
     lines: _Lines, direct: dict[int, Decimal], shared: dict[str, Decimal], group_by: str
 ) -> list[LedgerRow]:
-    """The rounded lines added up by ``group_by``'s key."""
-    acc: dict[str, dict[str, Any]] = {}
+    """The rounded lines added up by ``group_by``'s key (or keys, see :func:`grouping_keys`)."""
+    keys = grouping_keys(group_by)
+    acc: dict[tuple[str, ...], dict[str, Any]] = {}
     for r in lines.frame.iter_rows(named=True):
-        line, key = r["_line"], r[group_by]
+        line, key = r["_line"], tuple(r[k] for k in keys)
         a = acc.setdefault(
             key,
             {
@@ -357,7 +358,7 @@ def _rows(
         a["shared"] += shared[str(line)]
     return [
         LedgerRow(
-            key=key or "(none)",
+            key="/".join(k or "(none)" for k in key),
             allocated_gpu_hours=a["ms"] / 3.6e6,
             used_gpu_hours=a["used"] if a["measured"] else None,
             idle_gpu_hours=a["idle"] if a["measured"] else None,
@@ -367,6 +368,7 @@ def _rows(
             shared_cost=a["shared"],
             total_cost=a["direct"] + a["shared"],
             unpriced_gpu_hours=a["unpriced"] / 3.6e6,
+            parts=tuple(k or "(none)" for k in key) if len(keys) > 1 else (),
         )
         for key, a in sorted(acc.items())
     ]
@@ -411,7 +413,8 @@ def compute_ledger(
     tenant: str | None = None,
     only: Mapping[str, str] | None = None,
 ) -> Ledger:
-    """The whole ledger of ``window`` grouped by ``group_by`` (one of :data:`GROUPINGS`).
+    """The whole ledger of ``window`` grouped by ``group_by`` (one of :data:`GROUPINGS`, or
+    several joined by commas: every combination held).
 
     ``now`` cuts a window that reaches into the future (it is never read from the clock
     here). ``prices`` defaults to the warehouse's price book. ``stranded`` measures the
@@ -421,8 +424,7 @@ def compute_ledger(
     :func:`build_ledger`); its energy is kept only where each row is a whole tenant (or org).
     ``only`` keeps lines by their keys (``{"pool": "a100-pool"}``), with the same totals.
     """
-    if group_by not in GROUPINGS:
-        raise LedgerError(f"--by {group_by!r} is not one of {', '.join(GROUPINGS)}")
+    grouping_keys(group_by)  # a grouping that is not one is refused before any work
     policy = IdlePolicy.parse(idle_policy)
     idle = idle or IdleRule()
     book = prices if prices is not None else load_price_book(wh)
@@ -459,6 +461,7 @@ def compute_ledger(
     if censored:
         ledger = dataclasses.replace(ledger, censored=censored)
     whole_rows = group_by == "tenant" or (group_by == "org" and "/" not in (tenant or ""))
+    energy = energy and "," not in group_by  # energy is kept under one grouping
     if energy and (whole or (whole_rows and not only)):
         report = energy_cost(
             wh, window.start, until, group_by=group_by, cluster=cluster, prices=book

@@ -24,6 +24,21 @@ GROUPINGS = (
     "workload_type",
 )
 UNALLOCATED = "__unallocated__"
+
+
+def grouping_keys(group_by: str) -> tuple[str, ...]:
+    """The groupings ``group_by`` names: one of :data:`GROUPINGS`, or several joined by commas
+    ("tenant,user,gpu_model"), whose rows are then every combination held."""
+    keys = tuple(k.strip() for k in group_by.split(","))
+    wrong = [k for k in keys if k not in GROUPINGS]
+    if wrong or len(set(keys)) != len(keys):
+        raise LedgerError(
+            f"--by {group_by!r} is not one of {', '.join(GROUPINGS)}, nor several of them "
+            "joined by commas without repeats (tenant,gpu_model)"
+        )
+    return keys
+
+
 _DAY = dt.timedelta(days=1)
 
 
@@ -134,6 +149,15 @@ class LedgerRow:
     shared_cost: Decimal
     total_cost: Decimal
     unpriced_gpu_hours: float = 0.0  # held where the price book has no price: not in the cost
+    #: under several groupings, each one's key ("(none)" where unset); ``key`` joins them by "/"
+    parts: tuple[str, ...] = ()
+
+    @property
+    def efficiency(self) -> float | None:
+        """Used ÷ allocated GPU-hours; None when nothing was measured or held."""
+        if self.used_gpu_hours is None or not self.allocated_gpu_hours:
+            return None
+        return self.used_gpu_hours / self.allocated_gpu_hours
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,6 +337,7 @@ class Ledger:
                     "shared_cost": _money(r.shared_cost),
                     "total_cost": _money(r.total_cost),
                     "unpriced_gpu_hours": _hours(r.unpriced_gpu_hours),
+                    **({"parts": list(r.parts)} if r.parts else {}),
                 }
                 for r in self.rows
             ],

@@ -209,9 +209,15 @@ def _midnight(day: dt.date) -> dt.datetime:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
 
-def _first_day(wh: Warehouse) -> int | None:
+def first_data(wh: Warehouse) -> dt.datetime | None:
+    """The earliest sample-hour or allocation start the warehouse holds; None when empty."""
     firsts = [t for t in queries.run(wh, "ledger_first_data").row(0) if t is not None]
-    return day_number(min(firsts)) if firsts else None
+    return min(firsts) if firsts else None
+
+
+def _first_day(wh: Warehouse) -> int | None:
+    first = first_data(wh)
+    return day_number(first) if first is not None else None
 
 
 def _seal_one(

@@ -75,11 +75,18 @@ def _focus(settings: Settings, cluster: str) -> Any:
     """The FOCUS renderer, with the settings it names the provider and account by."""
 
     def render(cb: Chargeback) -> bytes:
-        from reports.focus import render_focus
+        from reports.focus import FocusAccount, render_focus
 
         r = settings.reports
         account = r.billing_account or cluster or settings.warehouse.cluster or "gpuledger"
-        return render_focus(cb.lines, provider=r.provider, billing_account=account)
+        return render_focus(
+            cb.lines,
+            account=FocusAccount(
+                provider_name=r.provider,
+                billing_account_id=account,
+                billing_account_name=account,
+            ),
+        )
 
     return render
 

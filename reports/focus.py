@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime as dt
+import io
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -154,13 +155,24 @@ Row = dict[str, str | None]
 
 def write_focus(path: Path | str, ledger: Ledger, *, account: FocusAccount) -> int:
     """Write ``ledger`` (one calendar month) as a FOCUS 1.2 CSV at ``path``; returns the
-    number of charge rows. A null is an empty, unquoted field, as FOCUS CSVs carry it."""
+    number of charge rows."""
     rows = focus_rows(ledger, account=account)
-    with Path(path).open("w", encoding="utf-8", newline="") as out:
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(COLUMNS)
-        writer.writerows([row.get(c) or "" for c in COLUMNS] for row in rows)
+    Path(path).write_bytes(_csv(rows))
     return len(rows)
+
+
+def render_focus(ledger: Ledger, *, account: FocusAccount) -> bytes:
+    """``ledger`` (one calendar month) as the bytes of a FOCUS 1.2 CSV."""
+    return _csv(focus_rows(ledger, account=account))
+
+
+def _csv(rows: Sequence[Row]) -> bytes:
+    """A null is an empty, unquoted field, as FOCUS CSVs carry it."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    writer.writerows([row.get(c) or "" for c in COLUMNS] for row in rows)
+    return out.getvalue().encode("utf-8")
 
 
 def focus_rows(ledger: Ledger, *, account: FocusAccount) -> list[Row]:

@@ -56,8 +56,11 @@ def test_report_command(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[
     )
     # the month is not over: capacity (and so shared cost) grows between the two commands
     assert set(manifest["tenants"]) == {r["key"] for r in ledger["rows"]}
-    again = run("report", "--month", month, "--formats", "csv", "--out", str(out))
+    again = run("report", "--month", month, "--formats", "csv,focus", "--out", str(out))
     assert again.returncode == 0, again.stderr
+    focus = (out / f"chargeback-{month}.focus.csv").read_text().splitlines()
+    assert focus[0].startswith("AvailabilityZone,") or "BilledCost" in focus[0]
+    assert len(focus) > len(rows)  # a usage row per line, and its share of idle capacity
     # …and so a second run of an unfinished month names what grew
     assert "changed since the last run of this month:" in again.stdout
     assert "total:" in again.stdout

@@ -213,3 +213,19 @@ def test_over_https_against_a_running_serve(
     actions = [(e["action"], e["outcome"], e["actor"]) for e in json.loads(audit.stdout)]
     assert ("admission.deny", "denied", "alice") in actions
     assert ("admission.allow", "allowed", "alice") in actions
+
+
+def test_the_deploy_example_fails_open_with_a_timeout() -> None:
+    import yaml
+
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "admission-webhook.yaml").read_text()))
+    kinds = {d["kind"] for d in docs}
+    assert kinds == {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    for doc in docs:
+        assert doc["apiVersion"] == "admissionregistration.k8s.io/v1"
+        for hook in doc["webhooks"]:
+            assert hook["failurePolicy"] == "Ignore" and 1 <= hook["timeoutSeconds"] <= 5
+            assert hook["admissionReviewVersions"] == ["v1"] and hook["sideEffects"] == "None"
+            assert hook["clientConfig"]["url"].endswith("/admission")
+            groups = {g for rule in hook["rules"] for g in rule["apiGroups"]}
+            assert {"batch", "kueue.x-k8s.io"} <= groups

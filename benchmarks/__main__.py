@@ -208,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     results["dcgm"] = bench_dcgm.run()
     results["nvml"] = bench_nvml.run(polls=100 if args.quick else 500)
     results["kubernetes"] = bench_kubernetes.run(1000 if args.quick else 5000)
+    # The admission webhook over HTTPS from a second process: 200 requests/s, then flat out.
+    from benchmarks import bench_admission
+
+    results["admission"] = bench_admission.run(seconds=5 if args.quick else 20)
     # The ledger at scale: 30 days of 1,024 GPUs from raw and rollups, against polars on
     # Parquet and Prometheus on a subset (long: it builds the data set; see bench_ledger.py).
     from benchmarks import bench_ledger

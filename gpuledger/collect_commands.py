@@ -71,24 +71,20 @@ def _print_batch(batch: Any) -> None:
 
 def _tenant_mapper(settings: Settings, wh: Any = None) -> Any:
     """Tenant rules from the warehouse when it is reachable here; none otherwise."""
-    from collector.records import TenantRule
     from collector.tenancy import TenantMapper
 
     if wh is None and settings.agent.server_url:
         return TenantMapper([])
     from gpuledger.app import open_warehouse
+    from warehouse.analytics.fleet import tenant_mapper
 
     own = wh is None
     wh = wh or open_warehouse(settings)
     try:
-        rows = wh.rows(
-            "SELECT kind, pattern, tenant, rank FROM {db:Identifier}.tenant_rules FINAL",
-            {"db": wh.database},
-        )
+        return tenant_mapper(wh)
     finally:
         if own:
             wh.close()
-    return TenantMapper([TenantRule(*r) for r in rows])
 
 
 def _source(settings: Settings, args: argparse.Namespace, warehouse_rules: Any = None) -> Any:

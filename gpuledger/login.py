@@ -28,7 +28,15 @@ from warehouse.client import Warehouse, WarehouseError
 
 #: Paths that answer without a login.
 OPEN_PATHS = frozenset(
-    {"/healthz", "/metrics", "/api/v1/ingest", "/login", "/login/oidc", "/login/oidc/callback"}
+    {
+        "/healthz",
+        "/metrics",
+        "/api/v1/ingest",
+        "/admission",  # the API server calls it (over TLS), with no user's login
+        "/login",
+        "/login/oidc",
+        "/login/oidc/callback",
+    }
 )
 
 

@@ -168,6 +168,7 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
             secure_cookie=bool(s.tls_cert_file),
             oidc=s.oidc(),
         )
+    admission = _admission(app.server, wh, settings)
     coalescer.start()
     signal.signal(signal.SIGTERM, _terminate)
     # cheroot: a production WSGI server with threads, never forking (the embedded engine
@@ -206,7 +207,35 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
             forwarding.close()
         server.stop()
         coalescer.stop(timeout_s=30)
+        for part in admission:
+            part.stop()
     return 0
+
+
+def _admission(server: Any, wh: Warehouse, settings: Settings) -> tuple[Any, ...]:
+    """``POST /admission`` on ``server``, answered from a snapshot rebuilt in the background;
+    the parts to stop at the end (none when admission.enabled is false)."""
+    a = settings.admission
+    if not a.enabled:
+        return ()
+    from scheduler_hooks import webhook
+    from scheduler_hooks.snapshot import SnapshotKeeper, build_snapshot
+    from warehouse.ledger import load_price_book
+
+    def build() -> Any:
+        return build_snapshot(
+            wh,
+            utc_now(),
+            idle=idle_rule(settings),
+            prices=load_price_book(wh, settings.ledger.currency),
+            cluster=settings.warehouse.cluster,
+        )
+
+    keeper = SnapshotKeeper(build, a.refresh_s)
+    keeper.start()
+    audit = webhook.AuditQueue(wh)
+    webhook.register(server, keeper.current, a.rules(), audit, max_body_bytes=a.max_body_bytes)
+    return keeper, audit
 
 
 def _start_forwarding(wh: Warehouse, settings: Settings) -> ForwardServer | None:

@@ -444,6 +444,71 @@ class ReportSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class AdmissionSettings:
+    """The Kubernetes admission webhook (``POST /admission`` on `serve`)."""
+
+    enabled: bool = True
+    #: allow | warn | deny | deprioritise: what a GPU job of a tenant holding idle GPUs gets
+    policy: str = "warn"
+    #: per tenant (an org covers its projects): "research=deny, product/chat=deprioritise"
+    tenant_policies: str = ""
+    #: tenants never checked: "platform, research/vision"
+    exempt: str = ""
+    #: the Kueue priority class a deprioritised Job or Workload gets (when the priority
+    #: feedback names none for its tenant)
+    low_priority_class: str = "low"
+    #: the resources that count as GPUs; a trailing * matches a prefix (MIG profiles)
+    gpu_resources: str = "nvidia.com/gpu,nvidia.com/mig-*"
+    #: how often the in-memory view of idle GPUs is rebuilt, and how old it may grow before
+    #: the webhook stops trusting it (it then allows everything, with a warning)
+    refresh_s: float = 15.0
+    max_age_s: float = 120.0
+    max_body_bytes: int = 3 << 20
+
+    def validate(self) -> None:
+        self.rules()
+        if self.refresh_s <= 0 or self.max_age_s <= self.refresh_s:
+            raise SettingsError(
+                f"admission.max_age_s {self.max_age_s:g} must be more than admission.refresh_s "
+                f"{self.refresh_s:g} (> 0), or every snapshot is stale before the next"
+            )
+        if self.max_body_bytes < 1024:
+            raise SettingsError(f"admission.max_body_bytes {self.max_body_bytes} is too small")
+
+    def rules(self) -> Any:
+        """The policies as :class:`scheduler_hooks.admission.AdmissionRules`."""
+        from scheduler_hooks.admission import POLICIES, AdmissionRules
+
+        def policy(value: str, key: str) -> str:
+            if value not in POLICIES:
+                raise SettingsError(
+                    f"admission.{key}: {value!r} is not a policy: use one of {', '.join(POLICIES)}"
+                )
+            return value
+
+        tenants = {}
+        for item in filter(None, (x.strip() for x in self.tenant_policies.split(","))):
+            tenant, sep, value = item.partition("=")
+            if not sep or not tenant.strip():
+                raise SettingsError(
+                    f"admission.tenant_policies: {item!r} is not TENANT=POLICY "
+                    '(e.g. "research=deny, product/chat=deprioritise")'
+                )
+            tenants[tenant.strip()] = policy(value.strip(), "tenant_policies")
+        names = tuple(x.strip() for x in self.gpu_resources.split(",") if x.strip())
+        if not names:
+            raise SettingsError("admission.gpu_resources names no resource: e.g. nvidia.com/gpu")
+        return AdmissionRules(
+            default=policy(self.policy, "policy"),
+            tenants=tenants,
+            exempt=frozenset(x.strip() for x in self.exempt.split(",") if x.strip()),
+            low_priority_class=self.low_priority_class,
+            gpu_resources=names,
+            max_age_s=self.max_age_s,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     warehouse: WarehouseSettings = WarehouseSettings()
     ledger: LedgerSettings = LedgerSettings()
@@ -452,6 +517,7 @@ class Settings:
     agent: AgentSettings = AgentSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
     reports: ReportSettings = ReportSettings()
+    admission: AdmissionSettings = AdmissionSettings()
 
     def validate(self) -> None:
         for field in dataclasses.fields(self):

@@ -290,9 +290,13 @@ class Warehouse:
     ) -> None:
         """Record an action in ``audit_log`` (who did what to which object, with details) at
         ``ts`` (default: now)."""
+        self.audit_many([(ts or dt.datetime.now(dt.UTC), actor, action, obj, outcome, detail)])
+
+    def audit_many(self, entries: Sequence[tuple[dt.datetime, str, str, str, str, str]]) -> None:
+        """Record many actions in one insert: (ts, actor, action, object, outcome, detail)."""
         self.insert_rows(
             "audit_log",
-            [(ts or dt.datetime.now(dt.UTC), actor, action, obj, outcome, detail)],
+            list(entries),
             ("ts", "actor", "action", "object", "outcome", "detail"),
             (
                 "DateTime64(3, 'UTC')",

@@ -7,6 +7,8 @@ import datetime as dt
 
 import polars as pl
 
+from collector.records import TenantRule
+from collector.tenancy import TenantMapper
 from gpuledger_errors import InputError
 from warehouse.client import Warehouse
 from warehouse.queries import run
@@ -62,3 +64,9 @@ def choices(wh: Warehouse, cluster: str = "") -> pl.DataFrame:
 def known_tenants(wh: Warehouse) -> list[str]:
     """Every tenant ("org/project") in the tenants table or on a job, sorted."""
     return [str(t) for t in run(wh, "known_tenants")["tenant"].to_list()]
+
+
+def tenant_mapper(wh: Warehouse) -> TenantMapper:
+    """The tenant rules the warehouse holds, ready to resolve a namespace, label or account."""
+    rows = run(wh, "tenant_rules").iter_rows()
+    return TenantMapper([TenantRule(str(k), str(p), str(t), int(r)) for k, p, t, r in rows])

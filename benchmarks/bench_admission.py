@@ -1,0 +1,205 @@
+"""The admission webhook under load: AdmissionReviews over HTTPS into a `gpuledger serve`
+process, sent by a second process, at a fixed rate (the API server's pace) and as fast as
+the clients go.
+
+The served warehouse is a simulated cluster (`gpuledger demo --no-serve`); each review is a
+GPU Job in one of its tenants' namespaces, so every one is decided (allowed, warned, denied
+or patched) from the snapshot. Reported: requests/s achieved, latency p50/p99 in ms, and the
+decisions seen. Target: p99 under 10 ms at 200 requests/s.
+
+Run alone with ``python -m benchmarks.bench_admission [--rate 200] [--seconds 20]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+_CLI = [sys.executable, "-m", "gpuledger.cli"]
+
+
+def review(namespace: str, n: int) -> dict[str, Any]:
+    """An AdmissionReview of a one-GPU Job in ``namespace``, as the API server sends it."""
+    pod = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": f"bench-{n}",
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "bench"},
+            "object": {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": f"job-{n}", "namespace": namespace},
+                "spec": {"template": {"spec": pod}},
+            },
+        },
+    }
+
+
+def drive(url: str, ca: str, namespaces: list[str], rate: float, seconds: float,
+          threads: int) -> dict[str, Any]:  # fmt: skip
+    """Send reviews to ``url``: at ``rate`` per second (0: as fast as ``threads`` go)."""
+    local = threading.local()
+    bodies = [json.dumps(review(ns, i)).encode() for i, ns in enumerate(namespaces * 50)]
+
+    def one(i: int) -> tuple[float, str]:
+        session = getattr(local, "s", None)
+        if session is None:
+            session = local.s = requests.Session()
+        started = time.perf_counter()
+        got = session.post(url, data=bodies[i % len(bodies)], verify=ca, timeout=10,
+                           headers={"Content-Type": "application/json"})  # fmt: skip
+        took = time.perf_counter() - started
+        answer = got.json()["response"] if got.ok else {}
+        kind = "denied" if answer.get("allowed") is False else (
+            "patched" if "patch" in answer else "warned" if "warnings" in answer else "allowed"
+        ) if got.ok else f"http {got.status_code}"  # fmt: skip
+        return took, kind
+
+    results: list[tuple[float, str]] = []
+    start = time.perf_counter()
+    if rate:  # open loop: each request leaves on time, whatever the earlier ones took
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            futures = []
+            for i in range(int(rate * seconds)):
+                wait = start + i / rate - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                futures.append(pool.submit(one, i))
+            results = [f.result() for f in futures]
+    else:  # closed loop: every thread sends its next request as soon as it has an answer
+
+        def worker(k: int) -> list[tuple[float, str]]:
+            mine, i = [], k
+            while time.perf_counter() - start < seconds:
+                mine.append(one(i))
+                i += threads
+            return mine
+
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            results = [r for rs in pool.map(worker, range(threads)) for r in rs]
+    took = time.perf_counter() - start
+    lat = sorted(r[0] * 1000 for r in results)
+    return {
+        "requests": len(results),
+        "requests_per_s": round(len(results) / took, 1),
+        "p50_ms": round(statistics.median(lat), 2),
+        "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2),
+        "max_ms": round(lat[-1], 2),
+        "decisions": dict(Counter(r[1] for r in results)),
+    }
+
+
+def run(rate: float = 200, seconds: float = 20, gpus: int = 64) -> dict[str, Any]:
+    """Fill a warehouse, serve it over HTTPS, and drive the webhook from a second process."""
+    import trustme
+
+    tmp = Path(tempfile.mkdtemp(prefix="gpuledger-bench-admission-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+    env["PYTHONPATH"] = str(ROOT)
+    data = str(tmp / "data")
+    subprocess.run([*_CLI, "demo", "--days", "1", "--gpus", str(gpus), "--no-serve",
+                    "--data-dir", data], env=env, check=True, capture_output=True)  # fmt: skip
+    pairs = subprocess.run(
+        [*_CLI, "sql", "SELECT pattern, tenant FROM gpuledger.tenant_rules "
+         "WHERE kind = 'namespace' ORDER BY pattern", "--format", "csv", "--data-dir", data],
+        env=env, check=True, capture_output=True, text=True,
+    ).stdout.splitlines()[1:]  # fmt: skip
+    rules = [line.split(",")[0] for line in pairs]
+    denied = pairs[0].split(",")[1] if pairs else ""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_pem.write_to_path(str(tmp / "key.pem"))
+    (tmp / "chain.pem").write_bytes(b"".join(b.bytes() for b in cert.cert_chain_pems))
+    ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+    port = _free_port()
+    env |= {
+        "GPULEDGER_SERVER__TLS_CERT_FILE": str(tmp / "chain.pem"),
+        "GPULEDGER_SERVER__TLS_KEY_FILE": str(tmp / "key.pem"),
+        "GPULEDGER_ADMISSION__POLICY": "deprioritise",
+        "GPULEDGER_ADMISSION__TENANT_POLICIES": f"{denied}=deny" if denied else "",
+    }
+    server = subprocess.Popen(
+        [*_CLI, "serve", "--port", str(port), "--data-dir", data],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"https://127.0.0.1:{port}"
+    out: dict[str, Any] = {"gpus": gpus, "namespaces": len(rules)}
+    try:
+        _wait(url, str(tmp / "ca.pem"), server)
+        time.sleep(3)  # the first snapshot
+        for name, r, threads in (("paced", rate, 16), ("flat_out", 0.0, 8)):
+            driver = subprocess.run(
+                [sys.executable, "-m", "benchmarks.bench_admission", "--drive", url + "/admission",
+                 "--ca", str(tmp / "ca.pem"), "--rate", str(r), "--seconds", str(seconds),
+                 "--threads", str(threads), "--namespaces", ",".join(rules)],
+                env=env, check=True, capture_output=True, text=True, cwd=ROOT,
+            )  # fmt: skip
+            out[name] = json.loads(driver.stdout)
+            print(f"admission webhook, {name} ({r or 'max'} req/s asked): {out[name]}", flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(url: str, ca: str, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            if requests.get(f"{url}/healthz", verify=ca, timeout=5).status_code == 200:
+                return
+        except requests.ConnectionError:
+            time.sleep(0.3)
+    raise RuntimeError("gpuledger serve did not start")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_admission")
+    parser.add_argument("--rate", type=float, default=200)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--gpus", type=int, default=64)
+    parser.add_argument("--drive", help="(the load process) the webhook's URL")
+    parser.add_argument("--ca", default="")
+    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--namespaces", default="")
+    args = parser.parse_args(argv)
+    if args.drive:
+        names = [n for n in args.namespaces.split(",") if n] or ["default"]
+        print(json.dumps(drive(args.drive, args.ca, names, args.rate, args.seconds, args.threads)))
+        return 0
+    run(args.rate, args.seconds, args.gpus)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,6 +13,7 @@ import flask
 
 from dashboards import context
 from dashboards.answers import Answer
+from dashboards.answers import idle as idle_answers
 from dashboards.answers import ledger as ledger_answers
 from dashboards.context import Forbidden
 from dashboards.filters import Filters
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 #: Every answer the API serves, by the last part of its path.
 ANSWERS: dict[str, Answer] = {
     "ledger": ledger_answers.answer,
+    "idle": idle_answers.answer,
 }
 
 

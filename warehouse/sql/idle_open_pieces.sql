@@ -50,19 +50,26 @@ WITH
            AND m.mig_instance = g.mig_instance
         SETTINGS join_use_nulls = 1
     ),
-    -- those hours alone, found through the sorting key, with their minutes' arrays
-    low AS (
+    -- those hours alone, found through the sorting key, their rows merged here (GROUP BY
+    -- merges the minutes' arrays as the table does, far faster than FINAL)
+    minutes AS (
         SELECT cluster, gpu_uuid, mig_instance, toInt64(toUnixTimestamp(ts)) * 1000 AS h_ms,
-               arrayFilter((m, c, y) -> c >= util_sample AND y < {threshold:Float64}
-                                        AND h_ms + m * 60000 < at_ms,
-                           minute_util.1, minute_util.3, minute_max.2) AS lk,
-               arrayMax(arrayMap(m -> if(h_ms + m * 60000 < at_ms, h_ms + (m + 1) * 60000, 0),
-                                 minute_util.1)) AS last_ms
-        FROM {db:Identifier}.gpu_minutes_1h FINAL
+               sumMap(minute_util) AS mu, maxMap(minute_max) AS mm
+        FROM {db:Identifier}.gpu_minutes_1h
         WHERE (cluster, gpu_uuid, mig_instance, ts) IN
                   (SELECT cluster, gpu_uuid, mig_instance, h FROM wanted)
           AND ts >= (SELECT min(h) FROM wanted)
           AND ts < {at:DateTime64(3, 'UTC')}
+        GROUP BY cluster, gpu_uuid, mig_instance, ts
+    ),
+    low AS (
+        SELECT cluster, gpu_uuid, mig_instance, h_ms,
+               arrayFilter((m, c, y) -> c >= util_sample AND y < {threshold:Float64}
+                                        AND h_ms + m * 60000 < at_ms,
+                           mu.1, mu.3, mm.2) AS lk,
+               arrayMax(arrayMap(m -> if(h_ms + m * 60000 < at_ms, h_ms + (m + 1) * 60000, 0),
+                                 mu.1)) AS last_ms
+        FROM minutes
     )
 SELECT cluster, gpu_uuid, mig_instance, h_ms,
        CAST(arrayMap((x, y) -> (h_ms + x * 60000, h_ms + (y + 1) * 60000),

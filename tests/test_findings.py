@@ -85,13 +85,16 @@ def test_waiting_jobs_meet_the_stranded_gpus_of_their_model() -> None:
         Waiting("w2", "team-y/b", "A100", 2, 900),
         Waiting("w3", "team-y/b", "A100", 2, 1200),
         Waiting("w4", "team-y/b", "H100", 1, 120),  # 2 min: not worth a sentence
+        Waiting("w5", "team-z/c", "L40S", 1, 7380),
     ]
-    stranded = [Stranded("A100", 6, 4), Stranded("H100", 3, 1)]
+    stranded = [Stranded("A100", 6, 4), Stranded("H100", 3, 1), Stranded("L40S", 1, 2)]
     assert texts(facts(waiting=waiting, stranded=stranded)) == [
         "3 jobs waiting up to 40 min for A100 GPUs (6 GPUs asked) while 6 A100 GPUs are "
-        "stranded on 4 nodes"
+        "stranded on 4 nodes",
+        "1 job waiting up to 2 h 03 min for L40S GPUs (1 GPU asked) while 1 L40S GPU is "
+        "stranded on 2 nodes",
     ]
-    assert texts(facts(waiting=waiting)) == [
+    assert texts(facts(waiting=waiting[:4])) == [
         "3 jobs waiting up to 40 min for A100 GPUs (6 GPUs asked)"
     ]
     mine = [w for w in waiting if w.tenant == "team-y/b"]

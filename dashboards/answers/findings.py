@@ -163,9 +163,11 @@ def _waiting(facts: Facts) -> list[Finding]:
         )
         s = stranded.get(model)
         if s is not None and s.gpus > 1e-6:
+            many = _n(round(s.gpus, 1)) != "1"
+            what = kind if many else kind.removesuffix("s")
             text += (
-                f" while {_n(round(s.gpus, 1))} {kind} are stranded on {s.nodes} "
-                f"node{'s' if s.nodes != 1 else ''}"
+                f" while {_n(round(s.gpus, 1))} {what} {'are' if many else 'is'} stranded on "
+                f"{s.nodes} node{'s' if s.nodes != 1 else ''}"
             )
         out.append(Finding("waiting", asked, text))
     return out

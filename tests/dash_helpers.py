@@ -6,6 +6,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+#: The outputs of each page's callback (every one takes ``filters-state``; the GPU page also
+#: ``gpu-uuid``).
+IDLE = [
+    ("idle-message", "children"),
+    ("idle-rule", "children"),
+    ("idle-kpis", "children"),
+    ("idle-now", "rowData"),
+    ("idle-trend", "figure"),
+    ("idle-worst", "rowData"),
+]
+GPU = [
+    ("gpu-message", "children"),
+    ("gpu-identity", "children"),
+    ("gpu-timeline", "figure"),
+    ("gpu-holds", "rowData"),
+    ("gpu-telemetry", "figure"),
+]
+OVERVIEW = [
+    ("overview-message", "children"),
+    ("overview-findings", "children"),
+    ("overview-kpis", "children"),
+    ("overview-cost", "children"),
+    ("overview-timeseries", "figure"),
+    ("overview-inventory", "children"),
+]
+
 
 def update(
     client: Any,

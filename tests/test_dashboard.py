@@ -12,7 +12,7 @@ import moment_fixture as m
 import polars as pl
 import pytest
 from conftest import fresh_database, recent
-from dash_helpers import outputs, update
+from dash_helpers import GPU, IDLE, OVERVIEW, outputs, update
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent
 from dashboards.app import create_app
@@ -126,16 +126,6 @@ def test_fleet_summary_and_clusters(fleet: Warehouse) -> None:
     assert clusters["cluster"].to_list() == ["c1"] and clusters["samples"][0] == 360
 
 
-OVERVIEW = [
-    ("overview-message", "children"),
-    ("overview-findings", "children"),
-    ("overview-kpis", "children"),
-    ("overview-cost", "children"),
-    ("overview-timeseries", "figure"),
-    ("overview-inventory", "children"),
-]
-
-
 def _overview(wh: Warehouse, now: dt.datetime, role: str = "manager", state: str = "") -> Any:
     who = Viewer("someone", role)
     client = create_app(wh, viewer=lambda: who, now=lambda: now).server.test_client()
@@ -225,3 +215,16 @@ def test_a_forged_overview_for_another_tenant_is_refused(moment: Warehouse) -> N
     got = _overview(moment, m.NOW, "tenant:team-x", state="?tenant=team-y")
     assert "may not see tenant team-y" in json.dumps(got["overview-message"])
     assert got["overview-kpis"]["children"] == [] and got["overview-findings"]["children"] == []
+
+
+def test_an_empty_warehouse_shows_empty_states(wh: Warehouse) -> None:
+    """No data yet: every page answers with its empty state, never an error."""
+    got = _overview(wh, NOW)
+    assert got["overview-message"]["children"] == ""
+    assert "Nothing stands out" in json.dumps(got["overview-findings"]["children"])
+    client = create_app(wh, now=lambda: NOW).server.test_client()
+    idle = outputs(update(client, IDLE, [("filters-state", "data", "")]))
+    assert "No idle allocated GPU" in json.dumps(idle["idle-message"]["children"])
+    inputs = [("filters-state", "data", ""), ("gpu-uuid", "data", "GPU-1")]
+    gpu = outputs(update(client, GPU, inputs))
+    assert "not in the warehouse's inventory" in json.dumps(gpu["gpu-message"]["children"])

@@ -12,20 +12,13 @@ from typing import Any
 import moment_fixture as m
 import pytest
 from conftest import fresh_database
-from dash_helpers import outputs, update
+from dash_helpers import GPU, outputs, update
 
 from dashboards.app import create_app
 from dashboards.context import Viewer
 from warehouse.client import Warehouse
 
 STATE = f"?from={m.DAY}&to={m.DAY}"
-OUTPUTS = [
-    ("gpu-message", "children"),
-    ("gpu-identity", "children"),
-    ("gpu-timeline", "figure"),
-    ("gpu-holds", "rowData"),
-    ("gpu-telemetry", "figure"),
-]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +31,7 @@ def _page(wh: Warehouse, role: str, uuid: str, state: str = STATE) -> dict[str, 
     who = Viewer("someone", role)
     client = create_app(wh, viewer=lambda: who, now=lambda: m.NOW).server.test_client()
     inputs = [("filters-state", "data", state), ("gpu-uuid", "data", uuid)]
-    return outputs(update(client, OUTPUTS, inputs))
+    return outputs(update(client, GPU, inputs))
 
 
 def _times(figure: dict[str, Any]) -> list[dt.datetime]:

@@ -11,21 +11,13 @@ from typing import Any
 import moment_fixture as m
 import pytest
 from conftest import fresh_database
-from dash_helpers import outputs, update
+from dash_helpers import IDLE, outputs, update
 
 from dashboards.app import create_app
 from dashboards.context import Viewer
 from warehouse.client import Warehouse
 
 STATE = f"?from={m.DAY}&to={m.DAY}"
-OUTPUTS = [
-    ("idle-message", "children"),
-    ("idle-rule", "children"),
-    ("idle-kpis", "children"),
-    ("idle-now", "rowData"),
-    ("idle-trend", "figure"),
-    ("idle-worst", "rowData"),
-]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +32,7 @@ def _client(wh: Warehouse, role: str | None) -> Any:
 
 
 def _page(wh: Warehouse, role: str, state: str = STATE) -> dict[str, Any]:
-    reply = update(_client(wh, role), OUTPUTS, [("filters-state", "data", state)])
+    reply = update(_client(wh, role), IDLE, [("filters-state", "data", state)])
     return outputs(reply)
 
 

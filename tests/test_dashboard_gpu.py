@@ -16,6 +16,7 @@ from dash_helpers import GPU, outputs, update
 
 from dashboards.app import create_app
 from dashboards.context import Viewer
+from warehouse.analytics import gpu
 from warehouse.client import Warehouse
 
 STATE = f"?from={m.DAY}&to={m.DAY}"
@@ -101,3 +102,19 @@ def test_an_unknown_gpu_is_said_so_to_a_manager(moment: Warehouse) -> None:
 def test_the_page_is_served(moment: Warehouse) -> None:
     client = create_app(moment, now=lambda: m.NOW).server.test_client()
     assert client.get("/gpu/g-half").status_code == 200
+
+
+def test_a_hold_starting_inside_a_bucket_shows_none_of_the_minutes_before_it(
+    moment: Warehouse,
+) -> None:
+    """Only minutes wholly inside the holds are read, and each bucket is dated by its first
+    one: a hold from 12:03:30 shows 12:04 onwards, never 12:00."""
+    start = m.NOW - dt.timedelta(minutes=56, seconds=30)
+    frame = gpu.telemetry(
+        moment, "c1", "g-half", m.at(-1), m.NOW, within=[(start, m.NOW)], step_s=300
+    )
+    assert frame["t"].min() == m.NOW - dt.timedelta(minutes=56)
+    assert int(frame["minutes"].sum()) == 56
+    assert frame["bucket"].min() < frame["t"].min()  # the bucket itself begins before the hold
+    everything = gpu.telemetry(moment, "c1", "g-half", m.at(-1), m.NOW, step_s=300)
+    assert int(everything["minutes"].sum()) == 240

@@ -14,6 +14,7 @@ import flask
 from dashboards import context
 from dashboards.answers import Answer
 from dashboards.answers import capacity as capacity_answers
+from dashboards.answers import idle as idle_answers
 from dashboards.answers import ledger as ledger_answers
 from dashboards.answers import queues as queue_answers
 from dashboards.context import Forbidden
@@ -27,6 +28,7 @@ ANSWERS: dict[str, Answer] = {
     "ledger": ledger_answers.answer,
     "fragmentation": capacity_answers.answer,
     "queues": queue_answers.answer,
+    "idle": idle_answers.answer,
 }
 
 

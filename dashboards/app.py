@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import dash
-from dash import Dash, Input, Output, State, callback, clientside_callback, dcc, html
+from dash import Dash, Input, Output, State, dcc, html
 
 from dashboards import api, context
 from dashboards.context import Forbidden, Viewer
@@ -54,6 +54,7 @@ def create_app(
         suppress_callback_exceptions=True,
     )
     app.layout = _layout
+    _register_shell(app)
     api.register(app.server)
     return app
 
@@ -133,15 +134,6 @@ def _layout() -> html.Div:
     )
 
 
-@callback(
-    Output("filters-dates", "start_date"),
-    Output("filters-dates", "end_date"),
-    *(Output(f"filters-{name}", "value") for name in _CONTROLS),
-    Output("filters-by", "value"),
-    Output("filters-idle_policy", "value"),
-    Input("shell-url", "search"),
-    State("filters-state", "data"),
-)
 def _from_url(search: str | None, state: str | None) -> tuple[Any, ...]:
     """The controls as the URL says, on load and on every navigation that changes it."""
     if state is not None and (search or "") == state:
@@ -160,15 +152,6 @@ def _from_url(search: str | None, state: str | None) -> tuple[Any, ...]:
     )
 
 
-@callback(
-    Output("filters-state", "data"),
-    Output("filters-error", "children"),
-    Input("filters-dates", "start_date"),
-    Input("filters-dates", "end_date"),
-    *(Input(f"filters-{name}", "value") for name in _CONTROLS),
-    Input("filters-by", "value"),
-    Input("filters-idle_policy", "value"),
-)
 def _to_state(first: str | None, last: str | None, *values: str | None) -> tuple[Any, str]:
     """The controls as a query string: the state every page reads (and the URL shows)."""
     names = ("from", "to", *_CONTROLS, "by", "idle_policy")
@@ -180,36 +163,11 @@ def _to_state(first: str | None, last: str | None, *values: str | None) -> tuple
     return f.query(), ""
 
 
-# The URL follows the filters without a reload (replaceState fires no navigation).
-clientside_callback(
-    """function (state) {
-        if (state && window.location.search !== state) {
-            window.history.replaceState(null, "", window.location.pathname + state);
-        }
-        return "";
-    }""",
-    Output("filters-error", "title"),
-    Input("filters-state", "data"),
-)
-
-
-@callback(
-    Output({"type": "shell-nav", "path": dash.ALL}, "href"),
-    Input("filters-state", "data"),
-    State({"type": "shell-nav", "path": dash.ALL}, "id"),
-)
 def _nav(state: str | None, ids: list[dict[str, str]]) -> list[str]:
     """Every page's link keeps the filters, so moving between pages keeps the question."""
     return [i["path"] + (state or "") for i in ids]
 
 
-@callback(
-    Output("filters-cluster", "options"),
-    Output("filters-pool", "options"),
-    Output("filters-gpu_model", "options"),
-    Output("filters-tenant", "options"),
-    Input("filters-cluster", "value"),
-)
 def _choices(cluster: str | None) -> tuple[list[str], list[str], list[str], list[str]]:
     """What the filters offer: clusters, pools and models in inventory, and the tenants this
     viewer may see (a tenant's name is its data: never offered outside its scope)."""
@@ -232,3 +190,50 @@ def _choices(cluster: str | None) -> tuple[list[str], list[str], list[str], list
         sorted(set(kit["gpu_model"].to_list()) - {""}),
         sorted(set(orgs) | set(tenants)),
     )
+
+
+# The URL follows the filters without a reload (replaceState fires no navigation).
+_URL_FOLLOWS = """function (state) {
+    if (state && window.location.search !== state) {
+        window.history.replaceState(null, "", window.location.pathname + state);
+    }
+    return "";
+}"""
+
+
+def _register_shell(app: Dash) -> None:
+    """The shell's callbacks, on ``app`` itself: a module-level ``dash.callback`` would go to
+    the first app made in a process alone (tests make many)."""
+    app.callback(
+        Output("filters-dates", "start_date"),
+        Output("filters-dates", "end_date"),
+        *(Output(f"filters-{name}", "value") for name in _CONTROLS),
+        Output("filters-by", "value"),
+        Output("filters-idle_policy", "value"),
+        Input("shell-url", "search"),
+        State("filters-state", "data"),
+    )(_from_url)
+    app.callback(
+        Output("filters-state", "data"),
+        Output("filters-error", "children"),
+        Input("filters-dates", "start_date"),
+        Input("filters-dates", "end_date"),
+        *(Input(f"filters-{name}", "value") for name in _CONTROLS),
+        Input("filters-by", "value"),
+        Input("filters-idle_policy", "value"),
+    )(_to_state)
+    app.clientside_callback(
+        _URL_FOLLOWS, Output("filters-error", "title"), Input("filters-state", "data")
+    )
+    app.callback(
+        Output({"type": "shell-nav", "path": dash.ALL}, "href"),
+        Input("filters-state", "data"),
+        State({"type": "shell-nav", "path": dash.ALL}, "id"),
+    )(_nav)
+    app.callback(
+        Output("filters-cluster", "options"),
+        Output("filters-pool", "options"),
+        Output("filters-gpu_model", "options"),
+        Output("filters-tenant", "options"),
+        Input("filters-cluster", "value"),
+    )(_choices)

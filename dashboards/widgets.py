@@ -1,11 +1,12 @@
 """Pieces the pages share: reading who asks and what (the shell's filters), and rendering
-tables, figures and messages in one look. No data of its own: every figure a page shows comes
-from :mod:`dashboards.answers` or the warehouse's analytics."""
+tables, figures, KPI tiles, money, durations and messages in one look. No data of its own:
+every figure a page shows comes from :mod:`dashboards.answers` or the warehouse's analytics."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 import dash_ag_grid as dag
@@ -94,12 +95,50 @@ def blank(text: str, height: int = 360) -> go.Figure:
     return fig
 
 
-def kpi(label: str, value: str) -> html.Div:
-    return html.Div(
-        [html.Div(value, className="value"), html.Div(label, className="label")], className="kpi"
-    )
+def kpi(label: str, value: str, note: str = "") -> html.Div:
+    parts = [html.Div(value, className="value"), html.Div(label, className="label")]
+    if note:
+        parts.append(html.Div(note, className="note"))
+    return html.Div(parts, className="kpi")
 
 
 def words(seconds: Sequence[float | None]) -> list[str]:
     """Durations in words (see :func:`warehouse.times.format_duration`)."""
     return [format_duration(s) for s in seconds]
+
+
+def money(amount: Decimal | None, currency: str) -> str:
+    return "–" if amount is None else f"{amount:,.2f} {currency}"
+
+
+def gpus(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.1f}".removesuffix(".0")
+
+
+def duration(seconds: float) -> str:
+    """3 h 05 min, 42 min, 2 d 4 h."""
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, rest = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {rest:02d} min"
+    return f"{hours // 24} d {hours % 24} h"
+
+
+def grid(id_: str, columns: Sequence[dict[str, Any]], **kw: Any) -> dag.AgGrid:
+    """An empty table (its rows come from a callback) with sortable, filterable columns."""
+    return dag.AgGrid(
+        id=id_,
+        columnDefs=list(columns),
+        rowData=[],
+        defaultColDef={"sortable": True, "filter": True, "resizable": True},
+        columnSize="responsiveSizeToFit",
+        dashGridOptions={"domLayout": "autoHeight", "overlayNoRowsTemplate": "Nothing here"},
+        **kw,
+    )
+
+
+def refusal(exc: Exception) -> html.P:
+    """What a page shows instead of figures it may not or cannot show."""
+    return message(str(exc), "error")

@@ -1,16 +1,22 @@
-"""The overview page and the queries behind it, over real data in the embedded engine."""
+"""The overview page and the queries behind it, over real data in the embedded engine: the
+hand-computed fleet below, and the cluster "right now" of ``moment_fixture``."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
+from typing import Any
 
+import moment_fixture as m
 import polars as pl
 import pytest
-from conftest import recent
+from conftest import fresh_database, recent
+from dash_helpers import GPU, IDLE, OVERVIEW, outputs, update
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent
 from dashboards.app import create_app
+from dashboards.context import Viewer
 from warehouse.analytics import fleet as fleet_view
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
@@ -120,8 +126,14 @@ def test_fleet_summary_and_clusters(fleet: Warehouse) -> None:
     assert clusters["cluster"].to_list() == ["c1"] and clusters["samples"][0] == 360
 
 
+def _overview(wh: Warehouse, now: dt.datetime, role: str = "manager", state: str = "") -> Any:
+    who = Viewer("someone", role)
+    client = create_app(wh, viewer=lambda: who, now=lambda: now).server.test_client()
+    return outputs(update(client, OVERVIEW, [("filters-state", "data", state)]))
+
+
 def test_overview_page_serves_real_numbers(fleet: Warehouse) -> None:
-    app = create_app(fleet)
+    app = create_app(fleet, now=lambda: NOW)
     client = app.server.test_client()
     page = client.get("/")
     assert page.status_code == 200 and b"gpuledger" in page.data
@@ -129,53 +141,90 @@ def test_overview_page_serves_real_numbers(fleet: Warehouse) -> None:
     assert "Overview" in layout  # the navigation
     assert "H100" not in layout and "c1" not in layout  # layouts hold no fleet data
 
-    outputs = [
-        {"id": "overview-kpis", "property": "children"},
-        {"id": "overview-timeseries", "property": "figure"},
-        {"id": "overview-inventory", "property": "children"},
-    ]
-    body = {
-        "output": "..overview-kpis.children...overview-timeseries.figure..."
-        "overview-inventory.children..",
-        "outputs": outputs,
-        "inputs": [
-            {"id": "overview-cluster", "property": "value", "value": "c1"},
-            {"id": "overview-range", "property": "value", "value": "30d"},
-            {"id": "overview-refresh", "property": "n_intervals", "value": None},
-        ],
-        "changedPropIds": ["overview-cluster.value"],
-        "state": [],
-    }
-    reply = client.post("/_dash-update-component", json=body)
-    assert reply.status_code == 200, reply.data[:500]
-    response = reply.get_json()["response"]
+    response = _overview(fleet, NOW)
     figure = response["overview-timeseries"]["figure"]
     names = [trace["name"] for trace in figure["data"]]
-    assert names == ["Capacity", "Allocated", "Used"]
-    capacity = figure["data"][0]["y"]
-    assert capacity == [2, 2, 2]
+    assert names == ["Capacity", "Allocated", "Used", "Idle (mean of the day)"]
+    assert figure["data"][0]["y"] == [2, 2, 2]  # the hand-computed table
+    assert [round(v, 6) for v in figure["data"][1]["y"]] == [1.0, 0.5, 0.5]
+    assert [round(v, 4) for v in figure["data"][2]["y"]] == [0.7, 0.7, 0.7]
     inventory = json.dumps(response["overview-inventory"]["children"])
     assert "H100" in inventory and "healthy" in inventory
+    kpis = json.dumps(response["overview-kpis"]["children"])
+    # now: 2 GPUs in inventory; j2 holds half of GPU-b (at 10 %), nothing idle
+    assert '"GPUs in inventory now"' in kpis
+    tiles = {k["props"]["children"][1]["props"]["children"]: k["props"]["children"][0]
+             ["props"]["children"] for k in response["overview-kpis"]["children"]}  # fmt: skip
+    assert tiles["GPUs in inventory now"] == "2"
+    assert tiles["GPUs allocated now"] == "0.5"
+    assert tiles["GPUs' worth used now"] == "0.1"  # 0.5 x 10 %, shown to 0.1
+    assert tiles["GPUs idle in jobs now"] == "0"
 
 
 def test_the_cluster_list_holds_clusters_without_samples(wh: Warehouse) -> None:
-    """An imported trace has inventory and job events but no samples: its cluster is listed."""
+    """An imported trace has inventory and job events but no samples: its cluster is listed
+    (the shell's cluster filter offers these; the overview has no list of its own)."""
     Ingestor(wh, 35).write_gpus([GpuInventory(H10, "trace-c", "p", "n1", "g1", 0, "H100")])
-    client = create_app(wh).server.test_client()
-    body = {
-        "output": "..overview-cluster.options...overview-cluster.value..",
-        "outputs": [
-            {"id": "overview-cluster", "property": "options"},
-            {"id": "overview-cluster", "property": "value"},
-        ],
-        "inputs": [
-            {"id": "overview-refresh", "property": "n_intervals", "value": None},
-            {"id": "overview-cluster", "property": "value", "value": None},
-        ],
-        "changedPropIds": [],
-        "state": [],
+    assert fleet_view.known_clusters(wh) == ["trace-c"]
+    assert fleet_view.choices(wh)["gpu_model"].to_list() == ["H100"]
+
+
+@pytest.fixture(scope="module")
+def moment(engine: Warehouse) -> Iterator[Warehouse]:
+    with fresh_database(engine) as wh:
+        yield m.write(wh)
+
+
+def _tiles(response: Any) -> dict[str, str]:
+    return {
+        k["props"]["children"][1]["props"]["children"]: k["props"]["children"][0]["props"][
+            "children"
+        ]
+        for k in response["overview-kpis"]["children"] + response["overview-cost"]["children"]
     }
-    reply = client.post("/_dash-update-component", json=body)
-    assert reply.status_code == 200, reply.data[:500]
-    response = reply.get_json()["response"]
-    assert response["overview-cluster"] == {"options": ["trace-c"], "value": "trace-c"}
+
+
+def test_a_manager_sees_the_cluster_now(moment: Warehouse) -> None:
+    got = _overview(moment, m.NOW, state=f"?from={m.DAY}&to={m.DAY}")
+    tiles = _tiles(got)
+    assert tiles["GPUs in inventory now"] == "6"  # g-sick included, out of service
+    assert tiles["GPUs allocated now"] == "4.5"  # j-idle, j-busy, j-short, j-stale, j-half/2
+    assert tiles["GPUs idle in jobs now"] == "1.5"  # j-idle and j-half's half
+    findings = json.dumps(got["overview-findings"]["children"])
+    assert "idle for more than 2 h" in findings and "out of service" in findings
+    assert "Capacity" in json.dumps(got["overview-timeseries"])
+
+
+@pytest.mark.parametrize("role", ["tenant:team-x", "tenant:team-x/a"])
+def test_a_tenant_sees_its_own_figures_alone(moment: Warehouse, role: str) -> None:
+    got = _overview(moment, m.NOW, role, state=f"?from={m.DAY}&to={m.DAY}")
+    tiles = _tiles(got)
+    assert "GPUs in inventory now" not in tiles  # nothing of the cluster's capacity
+    assert tiles["GPUs allocated now"] == "2"  # j-idle and j-short
+    assert tiles["GPUs idle in jobs now"] == "1"  # j-idle
+    assert got["overview-inventory"]["children"] == ""
+    names = [t["name"] for t in got["overview-timeseries"]["figure"]["data"]]
+    assert "Capacity" not in names
+    text = json.dumps(got)
+    assert "team-y" not in text and "out of service" not in text and "stranded" not in text
+    # its held GPU-hours in the range: j-idle 3, j-short 3, j-prev 3
+    assert tiles["GPU-hours held in range"] == "9.0"
+
+
+def test_a_forged_overview_for_another_tenant_is_refused(moment: Warehouse) -> None:
+    got = _overview(moment, m.NOW, "tenant:team-x", state="?tenant=team-y")
+    assert "may not see tenant team-y" in json.dumps(got["overview-message"])
+    assert got["overview-kpis"]["children"] == [] and got["overview-findings"]["children"] == []
+
+
+def test_an_empty_warehouse_shows_empty_states(wh: Warehouse) -> None:
+    """No data yet: every page answers with its empty state, never an error."""
+    got = _overview(wh, NOW)
+    assert got["overview-message"]["children"] == ""
+    assert "Nothing stands out" in json.dumps(got["overview-findings"]["children"])
+    client = create_app(wh, now=lambda: NOW).server.test_client()
+    idle = outputs(update(client, IDLE, [("filters-state", "data", "")]))
+    assert "No idle allocated GPU" in json.dumps(idle["idle-message"]["children"])
+    inputs = [("filters-state", "data", ""), ("gpu-uuid", "data", "GPU-1")]
+    gpu = outputs(update(client, GPU, inputs))
+    assert "not in the warehouse's inventory" in json.dumps(gpu["gpu-message"]["children"])

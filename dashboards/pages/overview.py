@@ -1,132 +1,153 @@
-"""Fleet overview: capacity, allocated and used GPUs over time, and the inventory now.
+"""Overview: the findings of the moment in words, GPUs (capacity, allocated, used, idle) now
+and over the range, cost this month against the same days of last month, and the inventory.
 
-Every number comes from ``warehouse.queries``; this page holds layout and callbacks only.
+It reads the shared filters (``filters-state``). A tenant viewer sees its own figures alone:
+no capacity, no inventory, no other tenant (:mod:`dashboards.answers.overview`).
 """
 
 from __future__ import annotations
 
-import datetime as dt
+from typing import Any
 
 import dash
 import plotly.graph_objects as go
-import polars as pl
 from dash import Input, Output, callback, dcc, html
-from dash.development.base_component import Component
 
-from dashboards import context
-from warehouse.analytics import fleet
+from dashboards import widgets
+from dashboards.answers.findings import Finding, top_findings
+from dashboards.answers.overview import Overview, overview
+from dashboards.context import Forbidden
+from gpuledger_errors import InputError
 
 dash.register_page(__name__, path="/", name="Overview", title="gpuledger — fleet overview")
-
-RANGES = {"24h": 1, "7d": 7, "30d": 30}
 
 
 def layout(**_query: str) -> html.Div:
     return html.Div(
         [
-            html.Div(
-                [
-                    html.Label("Cluster"),
-                    dcc.Dropdown(id="overview-cluster", clearable=False, style={"width": "14rem"}),
-                    html.Label("Range"),
-                    dcc.RadioItems(
-                        id="overview-range",
-                        value="7d",
-                        inline=True,
-                        options=[{"label": k, "value": k} for k in RANGES],
-                    ),
-                ],
-                className="controls",
-            ),
-            html.Div(id="overview-kpis", className="kpis"),
-            dcc.Graph(id="overview-timeseries"),
-            html.H3("Inventory now"),
+            html.Div(id="overview-message"),
+            html.H3("What stands out"),
+            dcc.Loading(html.Ol(id="overview-findings", className="findings")),
+            dcc.Loading(html.Div(id="overview-kpis", className="kpis")),
+            html.Div(id="overview-cost", className="kpis"),
+            dcc.Loading(dcc.Graph(id="overview-timeseries")),
             html.Div(id="overview-inventory"),
-            dcc.Interval(id="overview-refresh", interval=30_000),
         ]
     )
 
 
-@callback(
-    Output("overview-cluster", "options"),
-    Output("overview-cluster", "value"),
-    Input("overview-refresh", "n_intervals"),
-    Input("overview-cluster", "value"),
-)
-def _clusters(_n: int | None, current: str | None) -> tuple[list[str], str | None]:
-    # every cluster the warehouse knows (an imported trace has inventory and jobs, no samples)
-    names = fleet.known_clusters(context.get().wh)
-    return names, current if current in names else (names[0] if names else None)
+def kpis(o: Overview) -> list[html.Div]:
+    n, days = o.now, o.idle.days
+    held = sum(d.allocated_gpu_hours for d in days)
+    used = sum(d.used_gpu_hours or 0.0 for d in days)
+    idle = sum(d.idle_gpu_hours or 0.0 for d in days)
+    tiles = []
+    if n.capacity_gpus is not None:
+        tiles.append(
+            widgets.kpi(
+                "GPUs in inventory now", widgets.gpus(n.capacity_gpus),
+                f"{widgets.gpus(n.healthy_gpus)} healthy",
+            )
+        )  # fmt: skip
+    tiles += [
+        widgets.kpi("GPUs allocated now", widgets.gpus(n.allocated_gpus)),
+        widgets.kpi("GPUs' worth used now", widgets.gpus(n.used_gpus), "last 10 min"),
+        widgets.kpi(
+            "GPUs idle in jobs now", widgets.gpus(n.idle_gpus),
+            f"{widgets.money(n.idle_cost, o.cost.currency)} so far",
+        ),
+        widgets.kpi("GPU-hours held in range", f"{held:,.1f}"),
+        widgets.kpi("used", f"{used:,.1f}", f"{used / held:.0%} of held" if held else ""),
+        widgets.kpi("idle", f"{idle:,.1f}", f"{idle / held:.0%} of held" if held else ""),
+    ]  # fmt: skip
+    return tiles
 
 
-def _mean(frame: pl.DataFrame, column: str) -> float:
-    value = frame[column].cast(pl.Float64).mean()
-    return float(value) if isinstance(value, int | float) else 0.0
+def cost(o: Overview) -> list[html.Div]:
+    c = o.cost
+    change = (
+        f"{(c.month_to_date - c.same_days_before) / c.same_days_before:+.0%} against "
+        if c.same_days_before
+        else "against "
+    )
+    return [
+        widgets.kpi("Cost this month so far", widgets.money(c.month_to_date, c.currency)),
+        widgets.kpi(
+            "Same days last month", widgets.money(c.same_days_before, c.currency),
+            change + "them",
+        ),
+    ]  # fmt: skip
 
 
-def _kpi(label: str, value: str) -> html.Div:
+def timeseries(o: Overview) -> go.Figure:
+    """The whole cluster hour by hour (for those who see it), or the viewer's own GPUs day by
+    day; idle is per day (the ledger's days)."""
+    fig = widgets.figure(height=380, yaxis={"title": "GPUs"})
+    days = [d.day for d in o.idle.days]
+    if o.hourly is not None:
+        x = o.hourly["ts"].to_list()
+        for column, name in (
+            ("capacity_gpus", "Capacity"),
+            ("allocated_gpus", "Allocated"),
+            ("used_gpus", "Used"),
+        ):
+            shape = {"shape": "hv"} if column == "capacity_gpus" else {}
+            fig.add_scatter(x=x, y=o.hourly[column].to_list(), name=name, mode="lines", line=shape)
+    else:
+        fig.add_scatter(
+            x=days, y=[d.allocated_gpu_hours / 24 for d in o.idle.days], name="Allocated"
+        )
+        fig.add_scatter(x=days, y=[(d.used_gpu_hours or 0) / 24 for d in o.idle.days], name="Used")
+    fig.add_scatter(
+        x=days,
+        y=[(d.idle_gpu_hours or 0) / 24 for d in o.idle.days],
+        name="Idle (mean of the day)",
+        line={"shape": "hv", "dash": "dot", "color": "#d9534f"},
+    )
+    return fig
+
+
+def inventory(o: Overview) -> Any:
+    if o.inventory is None:
+        return ""
     return html.Div(
-        [html.Div(value, className="value"), html.Div(label, className="label")], className="kpi"
+        [
+            html.H3("Inventory now"),
+            html.Table(
+                [html.Tr([html.Th(h) for h in ("GPU model", "Health", "GPUs")])]
+                + [
+                    html.Tr([html.Td(r["gpu_model"]), html.Td(r["health"]), html.Td(r["gpus"])])
+                    for r in o.inventory.iter_rows(named=True)
+                ],
+                className="inventory",
+                id="overview-inventory-table",
+            ),
+        ]
     )
 
 
+def findings(found: list[Finding]) -> list[html.Li]:
+    if not found:
+        return [html.Li("Nothing stands out: no GPU idle for long, no job waiting long, no "
+                        "GPU out of service.", className="empty")]  # fmt: skip
+    return [html.Li(f.text, className=f"finding finding-{f.kind}") for f in found]
+
+
 @callback(
+    Output("overview-message", "children"),
+    Output("overview-findings", "children"),
     Output("overview-kpis", "children"),
+    Output("overview-cost", "children"),
     Output("overview-timeseries", "figure"),
     Output("overview-inventory", "children"),
-    Input("overview-cluster", "value"),
-    Input("overview-range", "value"),
-    Input("overview-refresh", "n_intervals"),
+    Input("filters-state", "data"),
 )
-def _refresh(
-    cluster: str | None, range_key: str, _n: int | None
-) -> tuple[list[Component], go.Figure, html.Table | html.P]:
-    figure = go.Figure(
-        layout={
-            "template": "plotly_white",
-            "height": 380,
-            "margin": {"l": 50, "r": 20, "t": 30, "b": 40},
-            "yaxis": {"title": "GPUs"},
-        }
-    )
-    if not cluster:
-        return [html.P("No data in the warehouse yet.", className="empty")], figure, html.P("")
-    wh = context.get().wh
-    end = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
-    start = end - dt.timedelta(days=RANGES.get(range_key, 7))
-    hourly = fleet.fleet_hourly(wh, cluster, start, end)
-    for column, name in (
-        ("capacity_gpus", "Capacity"),
-        ("allocated_gpus", "Allocated"),
-        ("used_gpus", "Used"),
-    ):
-        figure.add_scatter(
-            x=hourly["ts"].to_list(),
-            y=hourly[column].to_list(),
-            name=name,
-            mode="lines",
-            line={"shape": "hv"} if column == "capacity_gpus" else {},
-        )
-    inventory = fleet.fleet_summary(wh, cluster)
-    if hourly.height:
-        cap, alloc, used = (
-            _mean(hourly, c) for c in ("capacity_gpus", "allocated_gpus", "used_gpus")
-        )
-        kpis: list[Component] = [
-            _kpi("GPUs reporting (mean)", f"{cap:,.1f}"),
-            _kpi("GPUs allocated (mean)", f"{alloc:,.1f} ({alloc / cap:.0%})" if cap else "0"),
-            _kpi("GPUs' worth used (mean)", f"{used:,.1f} ({used / cap:.0%})" if cap else "0"),
-            _kpi("Used ÷ allocated", f"{used / alloc:.0%}" if alloc else "–"),
-        ]
-    else:
-        kpis = [html.P("No samples in this range.", className="empty")]
-    table = html.Table(
-        [html.Tr([html.Th(h) for h in ("GPU model", "Health", "GPUs")])]
-        + [
-            html.Tr([html.Td(r["gpu_model"]), html.Td(r["health"]), html.Td(f"{r['gpus']}")])
-            for r in inventory.iter_rows(named=True)
-        ],
-        className="inventory",
-        id="overview-inventory-table",
-    )
-    return kpis, figure, table
+def _refresh(state: str | None) -> tuple[Any, ...]:
+    """The overview for the viewer and the shared filters."""
+    try:
+        filters, who = widgets.asked(state)
+        o = overview(filters, who)
+        found = top_findings(filters, who, idle_now=o.idle.now, cost=o.cost)
+    except (Forbidden, InputError) as exc:
+        return widgets.refusal(exc), [], [], [], widgets.blank(str(exc)), ""
+    return "", findings(found), kpis(o), cost(o), timeseries(o), inventory(o)

@@ -15,12 +15,13 @@ from warehouse.queries import run
 
 
 def fleet_hourly(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
-    """Per hour: capacity_gpus, allocated_gpus, used_gpus (see ``sql/fleet_hourly.sql``)."""
+    """Per hour: capacity_gpus, allocated_gpus, used_gpus of ``cluster`` ('' for all; see
+    ``sql/fleet_hourly.sql``)."""
     return run(wh, "fleet_hourly", cluster=cluster, start=start, end=end)
 
 
 def fleet_summary(wh: Warehouse, cluster: str) -> pl.DataFrame:
-    """GPUs in inventory now, by model and health."""
+    """GPUs in inventory now, by model and health, of ``cluster`` ('' for all)."""
     return run(wh, "fleet_summary", cluster=cluster)
 
 

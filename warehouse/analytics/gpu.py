@@ -51,10 +51,11 @@ def telemetry(
     within: Sequence[tuple[dt.datetime, dt.datetime]] | None = None,
     step_s: int | None = None,
 ) -> pl.DataFrame:
-    """The GPU's telemetry over [start, end) per bucket (``sql/gpu_telemetry.sql``): t,
-    util_mean, util_max, memory_used_bytes, memory_total_bytes, power_watts,
-    temperature_celsius, xid, minutes. ``within``: only the minutes wholly inside these
-    intervals (what a tenant may see: the time its own jobs held the GPU); empty: nothing."""
+    """The GPU's telemetry over [start, end) per bucket (``sql/gpu_telemetry.sql``): bucket,
+    t (its first minute read), util_mean, util_max, memory_used_bytes, memory_total_bytes,
+    power_watts, temperature_celsius, xid, minutes. ``within``: only the minutes wholly inside
+    these intervals (what a tenant may see: the time its own jobs held the GPU); empty:
+    nothing."""
     if within is not None and not within:
         return run(
             wh,

@@ -1,4 +1,5 @@
--- Fleet overview per hour: GPUs reporting, GPUs allocated, GPUs' worth of measured use.
+-- Fleet overview per hour: GPUs reporting, GPUs allocated, GPUs' worth of measured use, of one
+-- cluster ('' = all of them).
 -- capacity_gpus: GPUs (or MIG slices, by their share) that reported samples in the hour.
 -- used_gpus: sum over GPUs of their mean utilisation in the hour (from the 1-hour rollup).
 -- allocated_gpus: GPU-hours held by jobs in the hour (allocation intervals x fraction).
@@ -6,11 +7,12 @@ WITH
     usage AS (
         SELECT ts, count() AS capacity_gpus, sum(util / n) AS used_gpus
         FROM (
-            SELECT ts, gpu_uuid, mig_instance, sum(samples) AS n, sum(util_ratio_sum) AS util
+            SELECT ts, cluster, gpu_uuid, mig_instance, sum(samples) AS n,
+                   sum(util_ratio_sum) AS util
             FROM {db:Identifier}.gpu_samples_1h
-            WHERE cluster = {cluster:String} AND ts >= {start:DateTime64(3)}
-              AND ts < {end:DateTime64(3)}
-            GROUP BY ts, gpu_uuid, mig_instance
+            WHERE ({cluster:String} = '' OR cluster = {cluster:String})
+              AND ts >= {start:DateTime64(3)} AND ts < {end:DateTime64(3)}
+            GROUP BY ts, cluster, gpu_uuid, mig_instance
         )
         GROUP BY ts
     ),
@@ -23,7 +25,8 @@ WITH
         ARRAY JOIN arrayMap(i -> toStartOfHour(start_ts) + toIntervalHour(i),
                    range(toUInt32(dateDiff('hour', toStartOfHour(start_ts),
                          toStartOfHour(coalesce(end_ts, {end:DateTime64(3)}))) + 1))) AS hour
-        WHERE cluster = {cluster:String} AND start_ts < {end:DateTime64(3)}
+        WHERE ({cluster:String} = '' OR cluster = {cluster:String})
+          AND start_ts < {end:DateTime64(3)}
           AND coalesce(end_ts, {end:DateTime64(3)}) > {start:DateTime64(3)}
           AND hour >= {start:DateTime64(3)} AND hour < {end:DateTime64(3)}
         GROUP BY hour

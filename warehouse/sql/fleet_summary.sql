@@ -1,6 +1,7 @@
--- The fleet right now: GPUs in inventory by model and health, from the latest state of each.
+-- The fleet right now: GPUs in inventory by model and health, from the latest state of each,
+-- in one cluster ('' = all of them).
 SELECT gpu_model, health, count() AS gpus, sum(capacity_fraction) AS capacity_gpus
 FROM {db:Identifier}.gpus FINAL
-WHERE cluster = {cluster:String} AND health != 'retired'
+WHERE ({cluster:String} = '' OR cluster = {cluster:String}) AND health != 'retired'
 GROUP BY gpu_model, health
 ORDER BY gpu_model, health

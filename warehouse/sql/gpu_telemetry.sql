@@ -2,8 +2,10 @@
 -- seconds, from the 1-minute rollup: utilisation (mean of the samples and the busiest one),
 -- the most memory used and held, mean power, the highest temperature and Xid, and how many
 -- minutes had samples. With `within` set, only the minutes wholly inside one of the intervals
--- [starts[i], ends[i]) are read (what one tenant may see of a GPU it held).
-SELECT toDateTime64(toStartOfInterval(ts, toIntervalSecond({step_s:UInt32})), 3, 'UTC') AS t,
+-- [starts[i], ends[i]) are read (what one tenant may see of a GPU it held). A bucket is dated
+-- by its first minute read, so that it never reads as a time outside those intervals.
+SELECT toDateTime64(toStartOfInterval(ts, toIntervalSecond({step_s:UInt32})), 3, 'UTC') AS bucket,
+       min(minute) AS t,
        sum(util_ratio_sum) / nullIf(sum(util_samples), 0) AS util_mean,
        max(util_ratio_max) AS util_max,
        max(memory_used_bytes_max) AS memory_used_bytes,
@@ -22,5 +24,5 @@ FROM (
 WHERE NOT {within:Bool}
    OR arrayExists((s, e) -> minute >= s AND minute + toIntervalMinute(1) <= e,
                   {starts:Array(DateTime64(3, 'UTC'))}, {ends:Array(DateTime64(3, 'UTC'))})
-GROUP BY t
-ORDER BY t
+GROUP BY bucket
+ORDER BY bucket

@@ -37,37 +37,39 @@ WITH
           AND (r.util_max >= {threshold:Float64} OR r.util_samples < r.samples)
         GROUP BY cluster, gpu_uuid, mig_instance
     ),
-    since AS (
+    -- per GPU, the hours to read: from its latest such hour (or its earliest open job's) on
+    wanted AS (
         SELECT g.cluster AS cluster, g.gpu_uuid AS gpu_uuid, g.mig_instance AS mig_instance,
-               greatest(g.from_hour, coalesce(m.mark, g.from_hour)) AS from_hour
+               toDateTime(greatest(g.from_hour, coalesce(m.mark, g.from_hour)), 'UTC') AS first,
+               arrayJoin(arrayMap(i -> first + toIntervalHour(i),
+                                  range(toUInt32(dateDiff('hour', first,
+                                        toStartOfHour({at:DateTime64(3, 'UTC')})) + 1)))) AS h
         FROM held AS g
         LEFT JOIN marks AS m
             ON m.cluster = g.cluster AND m.gpu_uuid = g.gpu_uuid
            AND m.mig_instance = g.mig_instance
         SETTINGS join_use_nulls = 1
     ),
-    hours AS (
+    -- those hours alone, found through the sorting key, their rows merged here (GROUP BY
+    -- merges the minutes' arrays as the table does, far faster than FINAL)
+    minutes AS (
         SELECT cluster, gpu_uuid, mig_instance, toInt64(toUnixTimestamp(ts)) * 1000 AS h_ms,
-               minute_util.1 AS k, minute_util.3 AS counts, minute_max.2 AS highest
-        FROM {db:Identifier}.gpu_minutes_1h FINAL
-        WHERE (cluster, gpu_uuid, mig_instance) IN
-                  (SELECT cluster, gpu_uuid, mig_instance FROM held)
-          AND ts >= (SELECT min(from_hour) FROM held)
+               sumMap(minute_util) AS mu, maxMap(minute_max) AS mm
+        FROM {db:Identifier}.gpu_minutes_1h
+        WHERE (cluster, gpu_uuid, mig_instance, ts) IN
+                  (SELECT cluster, gpu_uuid, mig_instance, h FROM wanted)
+          AND ts >= (SELECT min(h) FROM wanted)
           AND ts < {at:DateTime64(3, 'UTC')}
+        GROUP BY cluster, gpu_uuid, mig_instance, ts
     ),
     low AS (
-        SELECT hh.cluster AS cluster, hh.gpu_uuid AS gpu_uuid, hh.mig_instance AS mig_instance,
-               hh.h_ms AS h_ms,
+        SELECT cluster, gpu_uuid, mig_instance, h_ms,
                arrayFilter((m, c, y) -> c >= util_sample AND y < {threshold:Float64}
                                         AND h_ms + m * 60000 < at_ms,
-                           hh.k, hh.counts, hh.highest) AS lk,
+                           mu.1, mu.3, mm.2) AS lk,
                arrayMax(arrayMap(m -> if(h_ms + m * 60000 < at_ms, h_ms + (m + 1) * 60000, 0),
-                                 hh.k)) AS last_ms
-        FROM hours AS hh
-        INNER JOIN since AS s
-            ON s.cluster = hh.cluster AND s.gpu_uuid = hh.gpu_uuid
-           AND s.mig_instance = hh.mig_instance
-        WHERE hh.h_ms >= toInt64(toUnixTimestamp(s.from_hour)) * 1000
+                                 mu.1)) AS last_ms
+        FROM minutes
     )
 SELECT cluster, gpu_uuid, mig_instance, h_ms,
        CAST(arrayMap((x, y) -> (h_ms + x * 60000, h_ms + (y + 1) * 60000),

@@ -1,0 +1,155 @@
+"""One GPU: the telemetry a DCGM dashboard draws (utilisation, memory, power, temperature,
+from the 1-minute rollup), and what it cannot: which tenant's job held the GPU when, and how
+much of each hold sat idle. A tenant viewer sees the GPU only while its own jobs held it
+(:mod:`dashboards.answers.gpu`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+import plotly.graph_objects as go
+from dash import Input, Output, callback, dcc, html
+from plotly.subplots import make_subplots
+
+from dashboards import widgets
+from dashboards.answers.gpu import GpuView, gpu_view
+from dashboards.context import Forbidden
+from gpuledger_errors import InputError
+
+dash.register_page(__name__, path_template="/gpu/<uuid>", name="GPU", title="gpuledger — one GPU")
+
+_GIB = 2**30
+_HOLD_COLUMNS: list[dict[str, Any]] = [
+    {"field": "job_id", "headerName": "Job"},
+    {"field": "tenant", "headerName": "Tenant"},
+    {"field": "mig_instance", "headerName": "MIG"},
+    {"field": "fraction", "headerName": "Share"},
+    {"field": "start", "headerName": "From (UTC)"},
+    {"field": "end", "headerName": "To (UTC)"},
+    {"field": "held_gpu_hours", "headerName": "Held GPU-h"},
+    {"field": "idle_gpu_hours", "headerName": "Idle GPU-h"},
+    {"field": "idle_share", "headerName": "Idle share"},
+]
+#: (column, axis title, scale) of each telemetry panel
+_PANELS = (
+    ("util", "Utilisation %", 100.0),
+    ("memory_used_bytes", "Memory used GiB", 1 / _GIB),
+    ("power_watts", "Power W", 1.0),
+    ("temperature_celsius", "Temperature °C", 1.0),
+)
+
+
+def layout(uuid: str | None = None, **_query: str) -> html.Div:
+    return html.Div(
+        [
+            dcc.Store(id="gpu-uuid", data=uuid or ""),
+            html.H2(f"GPU {uuid or ''}"),
+            html.Div(id="gpu-message"),
+            html.Div(id="gpu-identity", className="kpis"),
+            html.H3("Who held it"),
+            dcc.Loading(dcc.Graph(id="gpu-timeline")),
+            widgets.grid("gpu-holds", _HOLD_COLUMNS),
+            html.H3("Telemetry"),
+            dcc.Loading(dcc.Graph(id="gpu-telemetry")),
+        ]
+    )
+
+
+def identity(view: GpuView) -> list[html.Div]:
+    if view.identity is None:
+        return []
+    i = view.identity
+    held = view.held_gpu_hours
+    share = f"{view.idle_gpu_hours / held:.0%} of held" if held else ""
+    return [
+        widgets.kpi("Model", i["gpu_model"] or "–", f"{i['cluster']} / {i['node']}"),
+        widgets.kpi("Health", i["health"], i["health_reason"]),
+        widgets.kpi("Held GPU-hours in range", f"{held:,.1f}"),
+        widgets.kpi("Idle GPU-hours in range", f"{view.idle_gpu_hours:,.1f}", share),
+    ]
+
+
+def hold_rows(view: GpuView) -> list[dict[str, Any]]:
+    return [
+        {
+            "job_id": h.job_id,
+            "tenant": h.tenant,
+            "mig_instance": h.mig_instance,
+            "fraction": h.fraction,
+            "start": widgets.when(h.start),
+            "end": widgets.when(h.end) or "still held",
+            "held_gpu_hours": round(h.held_gpu_hours, 2),
+            "idle_gpu_hours": round(h.idle_gpu_hours, 2),
+            "idle_share": f"{h.idle_gpu_hours / h.held_gpu_hours:.0%}" if h.held_gpu_hours else "",
+        }
+        for h in view.holds
+    ]
+
+
+def timeline(view: GpuView) -> go.Figure:
+    """One line per job across the time it held the GPU, its idle stretches in red."""
+    if not view.holds:
+        return widgets.blank("No job held this GPU in the range.")
+    fig = widgets.figure(height=120 + 28 * len(view.holds), showlegend=False)
+    for h in view.holds:
+        label = f"{h.job_id} ({h.tenant})" if h.tenant else h.job_id
+        fig.add_scatter(
+            x=[h.shown_from, h.shown_to],
+            y=[label, label],
+            mode="lines",
+            line={"width": 14, "color": "#5b8bd0"},
+            hovertemplate=f"{label}: held {h.held_gpu_hours:.2f} GPU-h<extra></extra>",
+        )
+        for s, e in h.idle:
+            fig.add_scatter(
+                x=[s, e],
+                y=[label, label],
+                mode="lines",
+                line={"width": 14, "color": "#d9534f"},
+                hovertemplate=f"{label}: idle %{{x}}<extra></extra>",
+            )
+    fig.update_xaxes(range=[view.start, view.end])
+    return fig
+
+
+def telemetry(view: GpuView) -> go.Figure:
+    frame = view.telemetry
+    if frame is None or not frame.height:
+        return widgets.blank("No telemetry of this GPU to show in the range.")
+    fig = make_subplots(
+        rows=len(_PANELS), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+        subplot_titles=[title for _, title, _ in _PANELS],
+    )  # fmt: skip
+    x = frame["t"].to_list()
+    for row, (column, title, scale) in enumerate(_PANELS, start=1):
+        if column == "util":
+            for name, source in (("mean", "util_mean"), ("busiest sample", "util_max")):
+                y = [None if v is None else v * scale for v in frame[source].to_list()]
+                fig.add_scatter(x=x, y=y, name=f"Utilisation ({name})", row=row, col=1)
+            continue
+        y = [None if v is None else v * scale for v in frame[column].to_list()]
+        fig.add_scatter(x=x, y=y, name=title, row=row, col=1)
+    fig.update_layout(template="plotly_white", height=720, margin={"l": 50, "r": 20, "t": 40})
+    return fig
+
+
+@callback(
+    Output("gpu-message", "children"),
+    Output("gpu-identity", "children"),
+    Output("gpu-timeline", "figure"),
+    Output("gpu-holds", "rowData"),
+    Output("gpu-telemetry", "figure"),
+    Input("filters-state", "data"),
+    Input("gpu-uuid", "data"),
+)
+def _refresh(state: str | None, uuid: str | None) -> tuple[Any, ...]:
+    """The GPU's figures for the viewer and the shared filters."""
+    try:
+        filters, who = widgets.asked(state)
+        view = gpu_view(uuid or "", filters, who)
+    except (Forbidden, InputError) as exc:
+        blank = widgets.blank(str(exc))
+        return widgets.refusal(exc), [], blank, [], blank
+    message = html.P(view.message, className="empty") if view.message else ""
+    return message, identity(view), timeline(view), hold_rows(view), telemetry(view)

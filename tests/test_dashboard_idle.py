@@ -42,7 +42,7 @@ def test_a_manager_sees_every_gpu_idle_now_with_its_duration_and_cost(moment: Wa
     assert sorted(rows) == ["j-half", "j-idle"]
     idle = rows["j-idle"]
     assert (idle["tenant"], idle["node"], idle["idle_for"]) == ("team-x/a", "n1", "3 h 00 min")
-    assert idle["since"] == f"{m.T:%Y-%m-%d %H:%M}" and idle["cost"] == "7.50 USD"
+    assert idle["since"] == f"{m.T:%Y-%m-%d %H:%M} UTC" and idle["cost"] == "7.50 USD"
     assert idle["gpu"].startswith("[g-idle](/gpu/g-idle?from=")  # a link keeping the filters
     assert rows["j-half"]["cost"] == "1.25 USD" and rows["j-half"]["idle_for"] == "1 h 00 min"
     worst = [r["job_id"] for r in got["idle-worst"]["rowData"]]

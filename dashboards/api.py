@@ -13,7 +13,9 @@ import flask
 
 from dashboards import context
 from dashboards.answers import Answer
+from dashboards.answers import cost as cost_answers
 from dashboards.answers import ledger as ledger_answers
+from dashboards.answers import tenants as tenant_answers
 from dashboards.context import Forbidden
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
@@ -23,6 +25,9 @@ log = logging.getLogger(__name__)
 #: Every answer the API serves, by the last part of its path.
 ANSWERS: dict[str, Answer] = {
     "ledger": ledger_answers.answer,
+    "tenants": tenant_answers.answer,
+    "jobs": tenant_answers.jobs_answer,
+    "cost_change": cost_answers.answer,
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import dash
 from dash import Dash, Input, Output, State, callback, clientside_callback, dcc, html
 
-from dashboards import api, context
+from dashboards import api, context, downloads
 from dashboards.context import Forbidden, Viewer
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
@@ -55,6 +55,7 @@ def create_app(
     )
     app.layout = _layout
     api.register(app.server)
+    downloads.register(app.server)
     return app
 
 

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+import dash
+import plotly
 import pytest
 from conftest import fresh_database, ledger_between, simulate
 from dash_calls import call
@@ -204,6 +206,10 @@ def test_the_pages_serve_and_their_layouts_hold_no_tenant(
     client = _client(fleet, MANAGER)
     for path in ("/tenants", "/cost"):
         assert client.get(path).status_code == 200
-    layout = json.dumps(client.get("/_dash-layout").get_json())
-    assert "Tenants" in layout and "Cost" in layout  # the navigation
-    assert not any(org in layout for org in orgs)
+    shell = json.dumps(client.get("/_dash-layout").get_json())
+    assert "Tenants" in shell and "Cost" in shell  # the navigation
+    pages = {p["path"]: p["layout"] for p in dash.page_registry.values()}
+    for path in ("/tenants", "/cost"):
+        layout = json.dumps(pages[path](), cls=plotly.utils.PlotlyJSONEncoder)
+        assert '"type": "AgGrid"' in layout
+        assert not any(org in layout for org in orgs)

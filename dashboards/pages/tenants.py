@@ -46,10 +46,10 @@ _INDENT = {
 TREE_COLUMNS = [grids.column("name", "Org / project / user", cellStyle=_INDENT, minWidth=220)]
 TREE_COLUMNS += _HOURS + _COST
 QUOTA_COLUMNS = [
-    grids.column("tenant", "Tenant"),
+    grids.column("tenant", "Tenant", minWidth=200),
     grids.column("cluster", "Cluster"),
     grids.column("pool", "Pool"),
-    grids.column("gpu_model", "GPU model"),
+    grids.column("gpu_model", "GPU model", minWidth=170),
     grids.number("guaranteed_gpus", "Guaranteed GPUs", 1),
     grids.number("quota_gpus", "Quota (guarantee + borrow limit)", 1),
     grids.number("held_gpus", "Held GPUs", 1),
@@ -58,10 +58,10 @@ QUOTA_COLUMNS = [
     grids.number("idle_borrowed_gpus", "Idle borrowed GPUs", 1),
 ]
 JOB_COLUMNS = [
-    grids.column("job_id", "Job", pinned="left"),
+    grids.column("job_id", "Job", pinned="left", minWidth=230),
     grids.column("user", "User"),
-    grids.column("tenant", "Tenant"),
-    grids.column("gpu_model", "GPU model"),
+    grids.column("tenant", "Tenant", minWidth=180),
+    grids.column("gpu_model", "GPU model", minWidth=170),
     grids.number("gpus", "GPUs", 1),
     grids.column("start", "Start (UTC)"),
     grids.column("end", "End (UTC)"),
@@ -73,15 +73,13 @@ JOB_COLUMNS = [
 
 
 def _grid(grid_id: str, columns: list[dict[str, Any]], **more: Any) -> dag.AgGrid:
-    return dag.AgGrid(
-        id=grid_id,
-        columnDefs=columns,
-        rowData=[],
-        defaultColDef={"resizable": True, "sortable": True, "filter": True},
-        columnSize="autoSize",
-        style={"height": "420px"},
-        **more,
-    )
+    options: dict[str, Any] = {
+        "rowData": [],
+        "defaultColDef": {"resizable": True, "sortable": True, "filter": True},
+        "columnSize": "autoSize",
+        "style": {"height": "420px"},
+    }
+    return dag.AgGrid(id=grid_id, columnDefs=columns, **{**options, **more})
 
 
 def layout(**_query: str) -> html.Div:
@@ -96,7 +94,13 @@ def layout(**_query: str) -> html.Div:
                         "tenants-tree",
                         TREE_COLUMNS,
                         defaultColDef={"resizable": True, "sortable": False},
-                        dashGridOptions={"rowSelection": {"mode": "singleRow"}},
+                        dashGridOptions={
+                            "rowSelection": {
+                                "mode": "singleRow",
+                                "checkboxes": False,
+                                "enableClickSelection": True,
+                            }
+                        },
                     ),
                 ]
             ),

@@ -14,9 +14,11 @@ import flask
 from dashboards import context
 from dashboards.answers import Answer
 from dashboards.answers import capacity as capacity_answers
+from dashboards.answers import cost as cost_answers
 from dashboards.answers import idle as idle_answers
 from dashboards.answers import ledger as ledger_answers
 from dashboards.answers import queues as queue_answers
+from dashboards.answers import tenants as tenant_answers
 from dashboards.context import Forbidden
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
@@ -29,6 +31,9 @@ ANSWERS: dict[str, Answer] = {
     "fragmentation": capacity_answers.answer,
     "queues": queue_answers.answer,
     "idle": idle_answers.answer,
+    "tenants": tenant_answers.answer,
+    "jobs": tenant_answers.jobs_answer,
+    "cost_change": cost_answers.answer,
 }
 
 

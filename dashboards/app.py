@@ -16,7 +16,7 @@ from typing import Any
 import dash
 from dash import Dash, Input, Output, State, dcc, html
 
-from dashboards import api, context
+from dashboards import api, context, downloads
 from dashboards.context import Forbidden, Viewer
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
@@ -56,6 +56,7 @@ def create_app(
     app.layout = _layout
     _register_shell(app)
     api.register(app.server)
+    downloads.register(app.server)
     return app
 
 

@@ -14,26 +14,43 @@ from gpuledger.settings import load_settings
 from warehouse.client import Warehouse
 
 
+def post(
+    client: Any,
+    outputs: Sequence[tuple[str, str]],
+    inputs: Sequence[tuple[str, str, Any]],
+    *,
+    changed: str | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """The status and the response of the callback with ``outputs`` (id, property) fed
+    ``inputs`` (id, property, value); the first input counts as the one that changed."""
+    many = len(outputs) > 1
+    names = [f"{i}.{p}" for i, p in outputs]
+    outs = [{"id": i, "property": p} for i, p in outputs]
+    body = {
+        "output": (".." + "...".join(names) + "..") if many else names[0],
+        "outputs": outs if many else outs[0],
+        "inputs": [{"id": i, "property": p, "value": v} for i, p, v in inputs],
+        "changedPropIds": [changed or f"{inputs[0][0]}.{inputs[0][1]}"],
+        "state": [],
+    }
+    reply = client.post("/_dash-update-component", json=body)
+    if reply.status_code != 200:
+        return reply.status_code, {}
+    response: dict[str, Any] = reply.get_json()["response"]
+    return 200, response
+
+
 def call(
     client: Any, outputs: Sequence[str], inputs: dict[str, Any], status: int = 200
 ) -> dict[str, Any]:
     """Post one callback: ``outputs`` as "id.property", ``inputs`` as {"id.property": value};
     returns {id: {property: value}} (the response's ``response``)."""
-    outs = [dict(zip(("id", "property"), o.split(".", 1), strict=True)) for o in outputs]
-    many = len(outs) > 1
-    body = {
-        "output": (".." + "...".join(outputs) + "..") if many else outputs[0],
-        "outputs": outs if many else outs[0],
-        "inputs": [
-            {"id": k.split(".", 1)[0], "property": k.split(".", 1)[1], "value": v}
-            for k, v in inputs.items()
-        ],
-        "changedPropIds": [next(iter(inputs))],
-        "state": [],
-    }
-    reply = client.post("/_dash-update-component", json=body)
-    assert reply.status_code == status, reply.data[:800]
-    response: dict[str, Any] = reply.get_json()["response"]
+    got, response = post(
+        client,
+        [tuple(o.split(".", 1)) for o in outputs],  # type: ignore[misc]
+        [(*k.split(".", 1), v) for k, v in inputs.items()],  # type: ignore[misc]
+    )
+    assert got == status, (got, outputs)
     return response
 
 

@@ -111,3 +111,39 @@ def test_first_month_is_all_volume() -> None:
     change = decompose("", empty, now)
     assert change.volume == Decimal("10.00") and change.unallocated_share == Decimal("1.00")
     assert change.volume + change.mix + change.price + change.unallocated_share == change.change
+
+
+def test_an_org_is_all_of_its_projects_and_names_no_other(wh: Warehouse) -> None:
+    """tenant=ORG sums its projects (2 x 10 H100-hours at 2.00 in November, none in
+    October); a tenant that held nothing is told so without the others' names when asked."""
+    ing = Ingestor(wh, 35)
+    nov5 = dt.datetime(2026, 11, 5, tzinfo=dt.UTC)
+    for job, tenant in (("v", "ml/vision"), ("n", "ml/nlp"), ("b", "bio/lab")):
+        org, project = tenant.split("/")
+        common = {
+            "cluster": "c1",
+            "tenant": tenant,
+            "org": org,
+            "project": project,
+            "gpu_model": "H100",
+            "pool": "p1",
+            "gpus_requested": 1.0,
+            "node": "n1",
+            "gpu_uuids": (f"{job}-gpu",),
+        }
+        ing.write_job_events(
+            [
+                JobEvent(nov5, job_id=job, event="started", **common),
+                JobEvent(nov5 + dt.timedelta(hours=10), job_id=job, event="finished", **common),
+            ]
+        )
+    ing.write_config(prices=[Price(dt.datetime(2026, 9, 1, tzinfo=dt.UTC), "H100", "2.00")])
+    org = why_cost(wh, "2026-11", tenant="ml", cluster="c1", now=NOW, idle_policy="none")
+    assert org.current.total == Decimal("40.00") and org.current.hours == 20
+    assert org.previous.total == 0 and org.change == Decimal("40.00")
+    assert "tenant ml " in org.to_text() and "bio" not in org.to_text()
+    with pytest.raises(LedgerError, match="bio/lab"):
+        why_cost(wh, "2026-11", tenant="geo", cluster="c1", now=NOW)
+    with pytest.raises(LedgerError, match="held no GPU") as refused:
+        why_cost(wh, "2026-11", tenant="geo", cluster="c1", now=NOW, name_others=False)
+    assert "bio" not in str(refused.value) and "ml/" not in str(refused.value)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import polars as pl
@@ -737,22 +737,14 @@ def why_tenant(
     at = _at(at)
     quotas = queries.run(wh, "why_quotas_at", cluster=cluster, at=at)
     allocs = _open_allocations(wh, cluster, at, util_window_s=util_window_s)
-    mine = allocs.filter(pl.col("tenant") == tenant)
-    own = quotas.filter(pl.col("tenant") == tenant)
-    if not own.height and not mine.height:
+    pools = tenant_positions(
+        tenant, quotas, allocs, lambda: waiting_at(wh, cluster, at), idle_threshold_ratio
+    )
+    if not pools:
         raise ExplainError(
             f"tenant {tenant!r} has no quota and holds no GPU in cluster "
             f"{cluster!r} as of {_when(at)}: tenants are 'org/project'"
         )
-    keys = {(r["pool"], r["gpu_model"]) for r in own.iter_rows(named=True)}
-    for r in mine.iter_rows(named=True):
-        if _quota(quotas, tenant, r["pool"], r["gpu_model"]) is None:
-            keys.add((r["pool"], r["gpu_model"]))
-    waiting = waiting_at(wh, cluster, at)
-    pools = [
-        pool_position(tenant, pool, model, quotas, allocs, waiting, idle_threshold_ratio)
-        for pool, model in sorted(keys)
-    ]
     reasons = [r for p in pools for r in p.reasons]
     borrowed = sum(p.borrowed_gpus for p in pools)
     idle = sum(p.idle_borrowed_gpus for p in pools)
@@ -769,6 +761,51 @@ def why_tenant(
     )
     facts = {"pools": [p.facts() for p in pools]}
     return Explanation("tenant", tenant, cluster, at, state, summary, tuple(reasons), facts)
+
+
+def quota_positions(
+    wh: Warehouse,
+    cluster: str,
+    at: dt.datetime,
+    *,
+    idle_threshold_ratio: float = 0.05,
+    util_window_s: int = 3600,
+) -> dict[str, list[PoolPosition]]:
+    """Every tenant's positions in ``cluster`` at ``at`` (as :func:`why_tenant` explains one
+    tenant's), from one read of the quotas, the open allocations and the waiting jobs."""
+    at = _at(at)
+    quotas = queries.run(wh, "why_quotas_at", cluster=cluster, at=at)
+    allocs = _open_allocations(wh, cluster, at, util_window_s=util_window_s)
+    waiting = waiting_at(wh, cluster, at)
+    tenants = sorted(set(quotas["tenant"].to_list()) | set(allocs["tenant"].to_list()))
+    out = {
+        t: tenant_positions(t, quotas, allocs, lambda: waiting, idle_threshold_ratio)
+        for t in tenants
+    }
+    return {t: p for t, p in out.items() if p}
+
+
+def tenant_positions(
+    tenant: str,
+    quotas: pl.DataFrame,
+    allocs: pl.DataFrame,
+    waiting: Callable[[], pl.DataFrame],
+    threshold: float,
+) -> list[PoolPosition]:
+    """The tenant's position in each (pool, model) where it has a quota or holds GPUs (a
+    pool-wide quota row covers every model it holds there); [] when neither."""
+    own = quotas.filter(pl.col("tenant") == tenant)
+    keys = {(r["pool"], r["gpu_model"]) for r in own.iter_rows(named=True)}
+    for r in allocs.filter(pl.col("tenant") == tenant).iter_rows(named=True):
+        if _quota(quotas, tenant, r["pool"], r["gpu_model"]) is None:
+            keys.add((r["pool"], r["gpu_model"]))
+    if not keys:
+        return []
+    queued = waiting()  # read only when there is a position to find lenders for
+    return [
+        pool_position(tenant, pool, model, quotas, allocs, queued, threshold)
+        for pool, model in sorted(keys)
+    ]
 
 
 def _verdict(state: str, pools: list[PoolPosition]) -> str:

@@ -3,10 +3,13 @@
 The door every consumer uses: :func:`compute_ledger` returns a frozen :class:`Ledger`;
 :func:`why_cost` explains a month's change; :func:`seal_days` keeps finished days;
 :func:`idle_report` and :func:`idle_now` tell the idle allocated GPUs and their cost.
+:func:`cost_breakdown` and :func:`job_costs` give the same cents by several keys at
+once and per job.
 """
 
 from warehouse.ledger.compute import compute_ledger
 from warehouse.ledger.cost_change import CostChange, month_window, why_cost
+from warehouse.ledger.detail import BreakdownRow, Detail, Hours, JobCost, cost_breakdown, job_costs
 from warehouse.ledger.idle import (
     WORST,
     IdleDay,
@@ -42,16 +45,20 @@ __all__ = [
     "SOURCES",
     "UNALLOCATED",
     "WORST",
+    "BreakdownRow",
     "CensoredHolds",
     "CostChange",
+    "Detail",
     "EnergyReport",
     "EnergyRow",
+    "Hours",
     "IdleDay",
     "IdleJob",
     "IdleNow",
     "IdlePolicy",
     "IdleReport",
     "IdleRule",
+    "JobCost",
     "Ledger",
     "LedgerError",
     "LedgerRow",
@@ -63,10 +70,12 @@ __all__ = [
     "UnpricedHours",
     "Window",
     "compute_ledger",
+    "cost_breakdown",
     "first_data",
     "grouping_keys",
     "idle_now",
     "idle_report",
+    "job_costs",
     "load_price_book",
     "month_window",
     "seal_days",

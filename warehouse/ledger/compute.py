@@ -251,6 +251,45 @@ def _unpriced(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class DecidedLines:
+    """Every line of a ledger with its cents decided and rounded: what each grouping's rows
+    add up (see :data:`LINE_KEYS`), and what a finer breakdown (per job) splits further."""
+
+    lines: _Lines
+    direct: dict[int, Decimal]  # per line, rounded
+    shared: dict[str, Decimal]  # per line (its number as text), rounded; "u": the unshared
+    capacity: tuple[Decimal | None, float | None, float | None, dict[tuple[str, str], float]]
+    grand: Decimal  # capacity cost (or, without inventory, direct cost) to the cent
+
+
+def decide_lines(
+    usage: pl.DataFrame,
+    capacity: pl.DataFrame | None,
+    segments: Sequence[PriceSegment],
+    policy: IdlePolicy,
+) -> DecidedLines:
+    """Price every line and share the unallocated cost under ``policy`` (pure: no I/O).
+
+    Direct cost is rounded on its own, so it never depends on the policy; the shares of the
+    unallocated cost are rounded to what is left of capacity cost, so the lines plus the
+    unshared part equal it to the cent.
+    """
+    lines = _lines(usage, segments)
+    capacity_of = _capacity(capacity, segments)
+    capacity_cost = capacity_of[0]
+    direct_exact = sum(lines.direct.values(), Decimal(0))
+    direct = round_conserving(lines.direct, direct_exact)
+    grand = (capacity_cost if capacity_cost is not None else direct_exact).quantize(CENT)
+    unallocated_exact = capacity_cost - direct_exact if capacity_cost is not None else Decimal(0)
+    shares_exact, unshared_exact = _line_shares(lines, unallocated_exact, policy)
+    shared = round_conserving(
+        {**{str(k): v for k, v in shares_exact.items()}, "u": unshared_exact},
+        grand - sum(direct.values(), Decimal(0)),
+    )
+    return DecidedLines(lines, direct, shared, capacity_of, grand)
+
+
 def build_ledger(
     usage: pl.DataFrame,
     capacity: pl.DataFrame | None,
@@ -266,26 +305,16 @@ def build_ledger(
     tenant: str | None = None,
     only: Mapping[str, str] | None = None,
 ) -> Ledger:
-    """Turn usage rows and capacity states into the ledger (pure: no I/O).
-
-    Direct cost is rounded on its own, so it never depends on the policy; the shares of the
-    unallocated cost are rounded to what is left of capacity cost, so the rows plus the
-    unallocated line equal it to the cent. ``tenant`` (an org, or org/project) keeps that
+    """Turn usage rows and capacity states into the ledger (pure: no I/O), the lines'
+    cents decided by :func:`decide_lines`. ``tenant`` (an org, or org/project) keeps that
     tenant's lines alone, with the very cents they carry in the whole ledger; ``only`` keeps
     the lines whose keys (``pool``, ``gpu_model``, any of :data:`GROUPINGS`) have those values.
     """
     grouping_keys(group_by)  # a grouping that is not one is refused before any work
-    lines = _lines(usage, segments)
-    capacity_cost, cap_hours, healthy, capacity_missing = _capacity(capacity, segments)
-    direct_exact = sum(lines.direct.values(), Decimal(0))
-    direct = round_conserving(lines.direct, direct_exact)
-    grand = (capacity_cost if capacity_cost is not None else direct_exact).quantize(CENT)
-    unallocated_exact = capacity_cost - direct_exact if capacity_cost is not None else Decimal(0)
-    shares_exact, unshared_exact = _line_shares(lines, unallocated_exact, policy)
-    shared = round_conserving(
-        {**{str(k): v for k, v in shares_exact.items()}, "u": unshared_exact},
-        grand - sum(direct.values(), Decimal(0)),
-    )
+    decided = decide_lines(usage, capacity, segments, policy)
+    lines, direct, shared = decided.lines, decided.direct, decided.shared
+    capacity_cost, cap_hours, healthy, capacity_missing = decided.capacity
+    grand = decided.grand
     rows = _rows(lines, direct, shared, group_by)
     allocated_hours = float(lines.frame["allocated_gpu_ms"].sum() or 0) / 3.6e6
     measured = lines.frame.filter(pl.col("_measured"))

@@ -24,7 +24,7 @@ from typing import Any
 import polars as pl
 
 from warehouse.client import Warehouse
-from warehouse.ledger.compute import build_ledger, priced_inputs
+from warehouse.ledger.compute import build_ledger, in_tenant, priced_inputs
 from warehouse.ledger.pricing import (
     PriceBook,
     load_price_book,
@@ -227,7 +227,7 @@ def month_cost(
     idle: IdleRule | None = None,
 ) -> MonthCost:
     """A month's GPU-hours and direct cost per model, and the shared (unallocated) cost, for
-    ``tenant`` (or the whole cluster when empty)."""
+    ``tenant`` (an org or org/project; the whole cluster when empty)."""
     whole_month = month_window(month)
     window = whole_month
     if days is not None:
@@ -248,11 +248,11 @@ def month_cost(
         idle=idle,
         currency=prices.currency,
     )
-    if tenant:
-        row = whole.row(tenant)
-        shared = row.shared_cost if row else Decimal(0)
-        total = row.total_cost if row else Decimal(0)
-        usage = usage.filter(pl.col("tenant") == tenant)
+    if tenant:  # an org is all of its projects
+        rows = [r for r in whole.rows if r.key == tenant or r.key.startswith(tenant + "/")]
+        shared = sum((r.shared_cost for r in rows), Decimal(0))
+        total = sum((r.total_cost for r in rows), Decimal(0))
+        usage = usage.filter(in_tenant(tenant))
     else:
         shared = sum((r.shared_cost for r in whole.rows), Decimal(0)) + whole.totals.unshared_cost
         total = whole.totals.total_cost
@@ -290,10 +290,15 @@ def why_cost(
     cluster: str = "",
     idle: IdleRule | None = None,
     prices: PriceBook | None = None,
+    idle_policy: str | IdlePolicy = IdlePolicy.WEIGHTED,
+    name_others: bool = True,
 ) -> CostChange:
-    """Why ``month``'s cost differs from the month before it. A month not over yet at ``now``
-    is compared like with like: its days so far against the same first days of the month
-    before."""
+    """Why ``month``'s cost differs from the month before it, for ``tenant`` (an org: all of
+    its projects) or the cluster, sharing unallocated cost under ``idle_policy``. A month not
+    over yet at ``now`` is compared like with like: its days so far against the same first
+    days of the month before. A tenant that held nothing in either month is an error that
+    names the tenants that did, unless ``name_others`` is False (for a viewer limited to its
+    own tenant, who may not learn the others' names)."""
     window = month_window(month)
     if window.start >= now:
         raise LedgerError(f"--month {month} has not started yet: pick a month up to {now:%Y-%m}")
@@ -305,12 +310,19 @@ def why_cost(
     previous = (window.start - dt.timedelta(days=1)).strftime("%Y-%m")
     book = prices if prices is not None else load_price_book(wh)
     of = functools.partial(
-        month_cost, wh, now=now, prices=book, tenant=tenant, cluster=cluster, idle=idle
+        month_cost,
+        wh,
+        now=now,
+        prices=book,
+        tenant=tenant,
+        cluster=cluster,
+        idle=idle,
+        policy=IdlePolicy.parse(idle_policy),
     )
     current = of(month)
     before = of(previous, days=current.days if current.partial else None)
     if tenant and not (current.gpu_hours or before.gpu_hours):
-        known = _tenants(wh, window, now, cluster, book, idle)
+        known = _tenants(wh, window, now, cluster, book, idle) if name_others else []
         raise LedgerError(
             f"--tenant {tenant!r} held no GPU in {previous} or {month}"
             + (f": tenants then were {', '.join(known[:20])}" if known else "")

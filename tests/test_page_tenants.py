@@ -1,0 +1,215 @@
+"""The Tenants page (/tenants), its callbacks driven over HTTP as the browser does, on a
+simulated fleet: a manager sees every tenant with the ledger's figures; a ``tenant:ORG`` lead
+sees that org alone, and a forged callback for another tenant gets no figure of it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import dash
+import plotly
+import pytest
+from conftest import fresh_database, ledger_between, simulate
+from dash_calls import post
+
+from dashboards.app import create_app
+from dashboards.context import Viewer
+from warehouse.analytics.explain import why_tenant
+from warehouse.client import Warehouse
+from warehouse.ledger import Ledger
+
+NOW = dt.datetime(2026, 3, 4, 12, tzinfo=dt.UTC)
+STATE = "?from=2026-03-03&to=2026-03-04"
+TREE = [("tenants-treemap", "figure"), ("tenants-tree", "rowData"), ("tenants-note", "children")]
+QUOTAS = [("tenants-quotas", "rowData"), ("tenants-quotas-note", "children")]
+JOBS = [
+    ("tenants-jobs", "rowData"),
+    ("tenants-jobs-title", "children"),
+    ("tenants-jobs-note", "children"),
+]
+MANAGER = Viewer("boss", "manager")
+
+
+@pytest.fixture(scope="module")
+def fleet(engine: Warehouse) -> Iterator[Warehouse]:
+    with fresh_database(engine) as wh:
+        simulate(wh, cluster="sim", days=1, gpus=16, seed=5, now=NOW)
+        yield wh
+
+
+@pytest.fixture(scope="module")
+def by_tenant(fleet: Warehouse) -> Ledger:
+    """The ledger of the page's window, by tenant: the figures the page must agree with."""
+    return ledger_between(
+        fleet,
+        dt.datetime(2026, 3, 3, tzinfo=dt.UTC),
+        dt.datetime(2026, 3, 5, tzinfo=dt.UTC),
+        now=NOW,
+    )
+
+
+@pytest.fixture(scope="module")
+def orgs(by_tenant: Ledger) -> list[str]:
+    names = sorted({r.key.split("/")[0] for r in by_tenant.rows if "/" in r.key})
+    assert len(names) >= 2, "the fixture must hold several orgs for scoping to mean anything"
+    return names
+
+
+def _client(wh: Warehouse, who: Viewer | None) -> Any:
+    return create_app(wh, viewer=lambda: who, now=lambda: NOW).server.test_client()
+
+
+def _tree(client: Any, state: str = STATE) -> dict[str, Any]:
+    status, response = post(client, TREE, [("filters-state", "data", state)])
+    assert status == 200
+    return response
+
+
+def _cents(value: float) -> Decimal:
+    return Decimal(str(value)).quantize(Decimal("0.01"))
+
+
+def test_a_manager_sees_every_tenant_with_the_ledgers_cents(
+    fleet: Warehouse, by_tenant: Ledger
+) -> None:
+    response = _tree(_client(fleet, MANAGER))
+    rows = response["tenants-tree"]["rowData"]
+    projects = {r["tenant"]: r for r in rows if r["level"] == 1}
+    assert set(projects) == {r.key for r in by_tenant.rows}
+    for r in by_tenant.rows:
+        assert _cents(projects[r.key]["total_cost"]) == r.total_cost
+        assert projects[r.key]["allocated_gpu_hours"] == pytest.approx(r.allocated_gpu_hours)
+        used = r.used_gpu_hours or 0.0
+        assert projects[r.key]["efficiency"] == pytest.approx(used / r.allocated_gpu_hours, 1e-3)
+    # an org is its projects; a project is its users
+    for org in (r for r in rows if r["level"] == 0):
+        mine = [p for p in projects.values() if p["tenant"].startswith(org["tenant"] + "/")]
+        assert _cents(org["total_cost"]) == sum(_cents(p["total_cost"]) for p in mine)
+    users = [r for r in rows if r["level"] == 2]
+    assert users and all(r["user"] for r in users)
+    treemap = response["tenants-treemap"]["figure"]["data"][0]
+    assert treemap["type"] == "treemap" and len(treemap["ids"]) == len(rows)
+    assert sum(treemap["values"]) == pytest.approx(by_tenant.totals.allocated_gpu_hours)
+
+
+def test_a_tenant_lead_sees_its_org_alone(
+    fleet: Warehouse, by_tenant: Ledger, orgs: list[str]
+) -> None:
+    mine, other = orgs[0], orgs[1]
+    client = _client(fleet, Viewer("lead", f"tenant:{mine}"))
+    own = _tree(client)
+    rows = own["tenants-tree"]["rowData"]
+    assert rows and {r["tenant"].split("/")[0] for r in rows} == {mine}
+    theirs = [r for r in by_tenant.rows if r.key.startswith(other + "/")]
+    assert theirs and all(r.key not in json.dumps(own) for r in theirs)
+    # a forged filters-state naming the other org: refused, with none of its figures
+    forged = _tree(client, STATE + f"&tenant={other}")
+    assert forged["tenants-tree"]["rowData"] == []
+    text = json.dumps(forged)
+    assert "may not see" in text
+    assert all(r.key not in text and str(r.total_cost) not in text for r in theirs)
+
+
+def test_quota_positions_match_why_tenant_and_are_scoped(fleet: Warehouse, orgs: list[str]) -> None:
+    status, response = post(_client(fleet, MANAGER), QUOTAS, [("filters-state", "data", STATE)])
+    assert status == 200
+    rows = response["tenants-quotas"]["rowData"]
+    assert {r["tenant"].split("/")[0] for r in rows} >= set(orgs)
+    tenant = rows[0]["tenant"]
+    facts = why_tenant(fleet, "sim", tenant, NOW).facts["pools"]
+    expected = {
+        (p["pool"], p["guaranteed_gpus"], p["held_gpus"], p["borrowed_gpus"]) for p in facts
+    }
+    got = {
+        (r["pool"], r["guaranteed_gpus"], r["held_gpus"], r["borrowed_gpus"])
+        for r in rows
+        if r["tenant"] == tenant
+    }
+    assert got == {(p, g, round(h, 4), round(b, 4)) for p, g, h, b in expected}
+    lead = _client(fleet, Viewer("lead", f"tenant:{orgs[0]}"))
+    _status, mine = post(lead, QUOTAS, [("filters-state", "data", STATE)])
+    assert {r["tenant"].split("/")[0] for r in mine["tenants-quotas"]["rowData"]} == {orgs[0]}
+    _status, forged = post(lead, QUOTAS, [("filters-state", "data", STATE + f"&tenant={orgs[1]}")])
+    assert forged["tenants-quotas"]["rowData"] == [] and orgs[1] + "/" not in json.dumps(forged)
+
+
+def _jobs(client: Any, picked: dict[str, str] | None, state: str = STATE) -> dict[str, Any]:
+    status, response = post(
+        client, JOBS, [("filters-state", "data", state), ("tenants-selected", "data", picked)]
+    )
+    assert status == 200
+    return response
+
+
+def test_a_tenants_jobs_add_up_to_its_ledger_row(fleet: Warehouse, by_tenant: Ledger) -> None:
+    client = _client(fleet, MANAGER)
+    assert _jobs(client, None)["tenants-jobs"]["rowData"] == []  # nothing picked yet
+    row = max(by_tenant.rows, key=lambda r: r.total_cost)
+    jobs = _jobs(client, {"tenant": row.key, "user": ""})["tenants-jobs"]["rowData"]
+    assert jobs and {j["tenant"] for j in jobs} == {row.key}
+    assert sum(j["allocated_gpu_hours"] for j in jobs) == pytest.approx(row.allocated_gpu_hours)
+    # to the cent, from the API's exact figures (the grid shows them as numbers)
+    doc = client.get("/api/v1/jobs", query_string={"from": "2026-03-03", "of": row.key}).get_json()
+    assert sum(Decimal(j["total_cost"]) for j in doc["jobs"]) == row.total_cost
+    user = jobs[0]["user"]
+    theirs = _jobs(client, {"tenant": row.key, "user": user})["tenants-jobs"]["rowData"]
+    assert theirs and {j["user"] for j in theirs} == {user} and len(theirs) <= len(jobs)
+
+
+def test_a_forged_pick_of_another_tenant_is_refused(fleet: Warehouse, orgs: list[str]) -> None:
+    mine, other = orgs[:2]
+    lead = _client(fleet, Viewer("lead", f"tenant:{mine}"))
+    own = _jobs(lead, None)["tenants-jobs"]["rowData"]  # its own jobs without picking
+    assert own and all(j["tenant"].startswith(mine + "/") for j in own)
+    forged = _jobs(lead, {"tenant": other, "user": ""})
+    assert forged["tenants-jobs"]["rowData"] == [] and "may not see" in json.dumps(forged)
+    sneaky = _jobs(lead, {"tenant": mine, "user": ""}, STATE + f"&tenant={other}")
+    assert sneaky["tenants-jobs"]["rowData"] == []
+    api = lead.get("/api/v1/jobs", query_string={"of": other})
+    assert api.status_code == 403
+
+
+def test_picking_in_the_treemap_or_the_table(fleet: Warehouse) -> None:
+    client = _client(fleet, MANAGER)
+    click = {"points": [{"customdata": ["ml/vision", "ada", "1.00"]}]}
+    status, response = post(
+        client,
+        [("tenants-selected", "data")],
+        [("tenants-tree", "selectedRows", None), ("tenants-treemap", "clickData", click)],
+        changed="tenants-treemap.clickData",
+    )
+    assert status == 200 and response["tenants-selected"]["data"] == {
+        "tenant": "ml/vision",
+        "user": "ada",
+    }
+    row = {"tenant": "ml", "user": "", "level": 0}
+    _status, response = post(
+        client,
+        [("tenants-selected", "data")],
+        [("tenants-tree", "selectedRows", [row]), ("tenants-treemap", "clickData", None)],
+    )
+    assert response["tenants-selected"]["data"] == {"tenant": "ml", "user": ""}
+
+
+def test_nobody_logged_in_gets_no_figures(fleet: Warehouse) -> None:
+    response = _tree(_client(fleet, None))
+    assert response["tenants-tree"]["rowData"] == [] and "log in" in json.dumps(response)
+
+
+def test_the_pages_serve_and_their_layouts_hold_no_tenant(
+    fleet: Warehouse, orgs: list[str]
+) -> None:
+    client = _client(fleet, MANAGER)
+    for path in ("/tenants", "/cost"):
+        assert client.get(path).status_code == 200
+    shell = json.dumps(client.get("/_dash-layout").get_json())
+    assert "Tenants" in shell and "Cost" in shell  # the navigation
+    pages = {p["path"]: p["layout"] for p in dash.page_registry.values()}
+    for path in ("/tenants", "/cost"):
+        layout = json.dumps(pages[path](), cls=plotly.utils.PlotlyJSONEncoder)
+        assert '"type": "AgGrid"' in layout
+        assert not any(org in layout for org in orgs)

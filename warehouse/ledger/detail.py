@@ -1,0 +1,285 @@
+"""The ledger, finer: cost by several keys at once (org → project → user) and per job.
+
+A ledger row adds up lines (one combination of every grouping's key, see
+:data:`warehouse.ledger.compute.LINE_KEYS`), each priced and rounded once. A breakdown by
+several keys adds up the same lines, so its cents are the ledger's. A job is finer than a
+line: each line's rounded direct cost and share are split between its jobs (by each job's
+exact direct cost, largest remainder), so a tenant's jobs add up to its ledger row to the cent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import polars as pl
+
+from warehouse.client import Warehouse
+from warehouse.ledger.compute import (
+    LINE_KEYS,
+    DecidedLines,
+    compute_ledger,
+    decide_lines,
+    in_tenant,
+    priced_inputs,
+)
+from warehouse.ledger.pricing import PriceBook, load_price_book, ms_to_hours, priced_ms
+from warehouse.ledger.pricing import round_conserving as _round
+from warehouse.ledger.result import IdlePolicy, IdleRule, LedgerError, Window
+
+
+@dataclasses.dataclass(frozen=True)
+class Hours:
+    """GPU-hours and cost of a group of lines or of a job (the ledger row's fields)."""
+
+    allocated_gpu_hours: float
+    used_gpu_hours: float | None  # None: no sample measured these hours
+    idle_gpu_hours: float | None
+    unmeasured_gpu_hours: float
+    direct_cost: Decimal
+    shared_cost: Decimal
+
+    @property
+    def total_cost(self) -> Decimal:
+        return self.direct_cost + self.shared_cost
+
+    @property
+    def efficiency(self) -> float | None:
+        """Used ÷ allocated GPU-hours (None when nothing was held or nothing measured)."""
+        if self.used_gpu_hours is None or not self.allocated_gpu_hours:
+            return None
+        return self.used_gpu_hours / self.allocated_gpu_hours
+
+
+@dataclasses.dataclass(frozen=True)
+class BreakdownRow:
+    """One combination of the breakdown's keys (in the order asked) and its hours and cost."""
+
+    key: tuple[str, ...]
+    hours: Hours
+
+
+@dataclasses.dataclass(frozen=True)
+class JobCost:
+    """One job's share of the ledger in the window (all its attempts, clipped to the window)."""
+
+    cluster: str
+    job_id: str
+    tenant: str
+    user: str
+    gpu_model: str  # several models (rare) are joined with ", "
+    pool: str
+    attempts: int
+    gpus: float  # GPUs held at once by its largest attempt (fractions of shared GPUs)
+    start: dt.datetime  # its first hold in the window
+    end: dt.datetime  # its last hold's end in the window (the window's cut when running)
+    running: bool  # some attempt had not ended when the data was read (its end is the cut)
+    hours: Hours
+
+
+@dataclasses.dataclass(frozen=True)
+class Detail:
+    """What :func:`cost_breakdown` and :func:`job_costs` answer, with what they were asked."""
+
+    window: Window
+    computed_until: dt.datetime
+    idle_policy: IdlePolicy
+    currency: str
+    tenant: str | None
+    rows: tuple[Any, ...]  # BreakdownRow or JobCost
+
+    @property
+    def total_cost(self) -> Decimal:
+        return sum((r.hours.total_cost for r in self.rows), Decimal(0))
+
+
+def _inputs(
+    wh: Warehouse,
+    window: Window,
+    *,
+    now: dt.datetime,
+    idle_policy: str | IdlePolicy,
+    idle: IdleRule | None,
+    prices: PriceBook | None,
+    cluster: str,
+) -> tuple[pl.DataFrame, DecidedLines, Any, IdlePolicy, PriceBook]:
+    """The usage rows, the lines with their cents, the price segments: as compute_ledger's."""
+    policy = IdlePolicy.parse(idle_policy)
+    book = prices if prices is not None else load_price_book(wh)
+    usage, capacity, segments = priced_inputs(
+        wh, window, now=now, idle=idle or IdleRule(), prices=book, cluster=cluster
+    )
+    decided = decide_lines(usage, capacity if capacity.height else None, segments, policy)
+    return usage, decided, segments, policy, book
+
+
+def _keep(tenant: str | None, only: Mapping[str, str] | None) -> pl.Expr:
+    keep = in_tenant(tenant) if tenant is not None else pl.lit(True)
+    for column, value in (only or {}).items():
+        if column not in LINE_KEYS:
+            raise LedgerError(f"{column!r} is not one of {', '.join(LINE_KEYS)}")
+        keep &= pl.col(column) == value
+    return keep
+
+
+def _hours(frame: pl.DataFrame) -> tuple[float, float | None, float | None, float]:
+    """Allocated, used, idle and unmeasured GPU-hours of usage rows (or lines)."""
+    allocated = float(frame["allocated_gpu_ms"].sum() or 0) / 3.6e6
+    measured = frame.filter(pl.col("used_gpu_hours").is_not_null())
+    used = float(measured["used_gpu_hours"].sum()) if measured.height else None
+    idle = float(measured["idle_gpu_hours"].sum()) if measured.height else None
+    unmeasured = max(0.0, allocated - float(frame["measured_gpu_hours"].sum() or 0))
+    return allocated, used, idle, unmeasured
+
+
+def cost_breakdown(
+    wh: Warehouse,
+    window: Window,
+    *,
+    keys: Sequence[str],
+    now: dt.datetime,
+    idle_policy: str | IdlePolicy = IdlePolicy.WEIGHTED,
+    idle: IdleRule | None = None,
+    prices: PriceBook | None = None,
+    cluster: str = "",
+    tenant: str | None = None,
+    only: Mapping[str, str] | None = None,
+) -> Detail:
+    """The ledger by every combination of ``keys`` (e.g. ``("tenant", "user")``), with the
+    cents the ledger's lines carry (so summing these rows by any one key gives that grouping's
+    ledger rows). ``tenant`` and ``only`` keep lines as :func:`compute_ledger` does."""
+    unknown = [k for k in keys if k not in LINE_KEYS]
+    if not keys or unknown:
+        raise LedgerError(f"keys {list(keys)!r}: give some of {', '.join(LINE_KEYS)}")
+    # the ledger grouped by every key at once: its rows are these combinations, same cents
+    ledger = compute_ledger(
+        wh,
+        window,
+        now=now,
+        group_by=",".join(keys),
+        idle_policy=idle_policy,
+        idle=idle,
+        prices=prices,
+        cluster=cluster,
+        tenant=tenant,
+        only=only,
+        stranded=False,
+    )
+    rows = [
+        BreakdownRow(
+            r.parts or (r.key,),
+            Hours(
+                r.allocated_gpu_hours,
+                r.used_gpu_hours,
+                r.idle_gpu_hours,
+                r.unmeasured_gpu_hours,
+                r.direct_cost,
+                r.shared_cost,
+            ),
+        )
+        for r in ledger.rows
+    ]
+    return Detail(
+        window, ledger.computed_until, ledger.idle_policy, ledger.currency, tenant, tuple(rows)
+    )
+
+
+def _split(
+    exact: Mapping[str, Decimal], cents: Decimal, weights: Mapping[str, float]
+) -> dict[str, Decimal]:
+    """``cents`` split between the keys of ``exact`` in proportion to it (else to
+    ``weights``, else evenly), rounded so the parts add up to ``cents``."""
+    basis = {k: Decimal(v) for k, v in exact.items()}
+    if not any(basis.values()):
+        basis = {k: Decimal(weights.get(k, 0.0)) for k in exact}
+    if not any(basis.values()):
+        basis = dict.fromkeys(exact, Decimal(1))
+    total = sum(basis.values(), Decimal(0))
+    return _round({k: cents * v / total for k, v in basis.items()}, cents)
+
+
+def job_costs(
+    wh: Warehouse,
+    window: Window,
+    *,
+    now: dt.datetime,
+    idle_policy: str | IdlePolicy = IdlePolicy.WEIGHTED,
+    idle: IdleRule | None = None,
+    prices: PriceBook | None = None,
+    cluster: str = "",
+    tenant: str | None = None,
+    only: Mapping[str, str] | None = None,
+) -> Detail:
+    """Every job that held GPUs in ``window`` (of ``tenant``, with the line keys ``only``),
+    with its GPU-hours and its cost: its hours x the price in force (direct) plus its part of
+    its lines' share of unallocated capacity. Each line's cents are split between its jobs, so
+    the jobs of any ledger row add up to that row to the cent. Newest first."""
+    usage, decided, segments, policy, book = _inputs(
+        wh, window, now=now, idle_policy=idle_policy, idle=idle, prices=prices, cluster=cluster
+    )
+    lines = decided.lines.frame.select(*LINE_KEYS, "_line")
+    rows = (
+        usage.with_columns(pl.col(k).fill_null("") for k in LINE_KEYS)
+        .join(lines, on=list(LINE_KEYS))
+        .filter(_keep(tenant, only))
+        .with_columns((pl.col("cluster") + "\x00" + pl.col("job_id")).alias("_job"))
+        .with_row_index("_row")
+    )
+    direct, shared = _job_cents(rows, decided, segments)
+    jobs = [
+        _job(part, direct.get(str(key[0]), Decimal(0)), shared.get(str(key[0]), Decimal(0)))
+        for key, part in rows.group_by("_job")
+    ]
+    jobs.sort(key=lambda j: (j.start, j.cluster, j.job_id), reverse=True)
+    return Detail(window, window.until(now), policy, book.currency, tenant, tuple(jobs))
+
+
+def _job_cents(
+    rows: pl.DataFrame, decided: DecidedLines, segments: Sequence[Any]
+) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
+    """Each job's direct cost and share: every line's rounded cents split between its jobs."""
+    priced, _unpriced = priced_ms(rows, segments, "s", "e", "allocated_gpu_ms", ["_line", "_job"])
+    exact: dict[int, dict[str, Decimal]] = defaultdict(dict)
+    for line, job in rows.select("_line", "_job").unique().iter_rows():
+        exact[line][job] = Decimal(0)
+    for line, job, seg, ms in priced.iter_rows():
+        exact[line][job] += ms_to_hours(ms) * segments[seg].price
+    held = rows.group_by("_line", "_job").agg(pl.col("allocated_gpu_ms").sum())
+    weights: dict[int, dict[str, float]] = defaultdict(dict)
+    for line, job, ms in held.iter_rows():
+        weights[line][job] = float(ms)
+    direct: dict[str, Decimal] = defaultdict(Decimal)
+    shared: dict[str, Decimal] = defaultdict(Decimal)
+    for line, jobs in exact.items():
+        for job, cents in _split(jobs, decided.direct[line], weights[line]).items():
+            direct[job] += cents
+        for job, cents in _split(jobs, decided.shared[str(line)], weights[line]).items():
+            shared[job] += cents
+    return direct, shared
+
+
+def _job(part: pl.DataFrame, direct: Decimal, shared: Decimal) -> JobCost:
+    """One job's row from its usage rows (one per GPU, attempt and sealed day)."""
+    first = part.row(0, named=True)
+    per_gpu = part.group_by("attempt", "gpu_uuid", "mig_instance").agg(pl.col("fraction").max())
+    per_attempt = per_gpu.group_by("attempt").agg(pl.col("fraction").cast(pl.Float64).sum())
+    widest = per_attempt["fraction"].max()
+    allocated, used, idle_h, unmeasured = _hours(part)
+    return JobCost(
+        cluster=str(first["cluster"]),
+        job_id=str(first["job_id"]),
+        tenant=str(first["tenant"]),
+        user=str(first["user"]),
+        gpu_model=", ".join(sorted(set(part["gpu_model"].to_list()))),
+        pool=", ".join(sorted(set(part["pool"].to_list()))),
+        attempts=per_attempt.height,
+        gpus=round(widest, 6) if isinstance(widest, float) else 0.0,
+        start=part["s"].min(),  # type: ignore[arg-type]
+        end=part["e"].max(),  # type: ignore[arg-type]
+        running=bool((part["end_event"].fill_null("") == "").any()),
+        hours=Hours(allocated, used, idle_h, unmeasured, direct, shared),
+    )

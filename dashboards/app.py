@@ -139,11 +139,14 @@ def _layout() -> html.Div:
     *(Output(f"filters-{name}", "value") for name in _CONTROLS),
     Output("filters-by", "value"),
     Output("filters-idle_policy", "value"),
+    *(Output(f"filters-{name}", "options") for name in _CONTROLS),
     Input("shell-url", "search"),
     State("filters-state", "data"),
 )
 def _from_url(search: str | None, state: str | None) -> tuple[Any, ...]:
-    """The controls as the URL says, on load and on every navigation that changes it."""
+    """The controls as the URL says, on load and on every navigation that changes it, with
+    what they offer: a dropdown drops a value its options do not hold yet, so both come
+    together (else a shared link's tenant, pool or model is lost on load)."""
     if state is not None and (search or "") == state:
         raise dash.exceptions.PreventUpdate  # the URL is what the controls already say
     today = context.get().now().date()
@@ -157,6 +160,7 @@ def _from_url(search: str | None, state: str | None) -> tuple[Any, ...]:
         *(getattr(f, name) or None for name in _CONTROLS),
         f.by,
         f.idle_policy or None,
+        *_choices(f.cluster),
     )
 
 
@@ -204,12 +208,15 @@ def _nav(state: str | None, ids: list[dict[str, str]]) -> list[str]:
 
 
 @callback(
-    Output("filters-cluster", "options"),
-    Output("filters-pool", "options"),
-    Output("filters-gpu_model", "options"),
-    Output("filters-tenant", "options"),
+    *(Output(f"filters-{name}", "options", allow_duplicate=True) for name in _CONTROLS),
     Input("filters-cluster", "value"),
+    prevent_initial_call=True,  # the first come with the URL's values (_from_url)
 )
+def _cluster_choices(cluster: str | None) -> tuple[list[str], ...]:
+    """What the filters offer once another cluster is chosen."""
+    return _choices(cluster)
+
+
 def _choices(cluster: str | None) -> tuple[list[str], list[str], list[str], list[str]]:
     """What the filters offer: clusters, pools and models in inventory, and the tenants this
     viewer may see (a tenant's name is its data: never offered outside its scope)."""

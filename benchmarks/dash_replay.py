@@ -470,11 +470,9 @@ class _Run:
                         continue
                     if prop == "children":
                         self._register(value)
-                    known = self.props.setdefault(key, {})
+                    self.props.setdefault(key, {})[prop] = value
                     self.ids.setdefault(key, json.loads(key) if key.startswith("{") else key)
-                    if known.get(prop, _UNSET) != value:
-                        known[prop] = value
-                        changed.append((key, prop))
+                    changed.append((key, prop))  # as the renderer: answered is changed
         self._trigger(changed, source=cb)
 
     def _part(self, cb: Callback) -> str:
@@ -482,6 +480,3 @@ class _Run:
             return "layout"
         ids = [id_key(i) for d in cb.outputs for i in self._resolve(d)]
         return "shell" if ids and all(i in self.replay.shell_ids for i in ids) else self.part
-
-
-_UNSET = object()

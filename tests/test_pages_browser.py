@@ -326,9 +326,6 @@ def test_a_filter_changes_the_page_and_its_url(
     """The first of the shell's filters that changes what the page shows (a tenant, a date
     range, a GPU model, a pool) is in the URL, and a reload of that URL shows it again."""
     path = page.url_path(demo_site.template_values)
-    plain = manager.open(path)
-    before = plain.shown()
-    plain.page.close()
     first, last = demo_site.days
     tries: list[tuple[str, Any]] = [
         ("tenant", demo_site.org),
@@ -338,6 +335,7 @@ def test_a_filter_changes_the_page_and_its_url(
     ]
     for control, option in tries:
         visit = manager.open(path)
+        before = visit.shown()
         if control == "dates":
             visit.type_dates(first, last)
             wanted = {"from": [first], "to": [last]}

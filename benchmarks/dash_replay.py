@@ -404,7 +404,9 @@ class _Run:
                 for ident in self._resolve(dep):
                     key = id_key(ident)
                     value = self._action_value(key, dep.prop)
-                    if key in self.replay.shell_ids or value is None:
+                    # a Dash Pages app: the shell's own controls are not the page's
+                    shell = "_pages_content" in self.replay.shell_ids
+                    if value is None or (shell and key in self.replay.shell_ids):
                         continue
                     self.props[key][dep.prop] = value
                     before = len(self.calls)

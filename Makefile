@@ -50,4 +50,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy collector warehouse gpuledger dashboards
 
 clean:
-	rm -rf $(VENV) $(FOCUS_VENV) gpuledger-data .pytest_cache
+	rm -rf $(VENV) $(FOCUS_VENV) gpuledger-data .pytest_cache test-artifacts

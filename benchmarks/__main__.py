@@ -1,5 +1,6 @@
 """`make bench`: ingest throughput (direct, and agents' batches through a server) and demo
-backfill time, on the embedded engine.
+backfill time, on the embedded engine; then the other parts (the ledger at scale, the
+dashboard's callbacks).
 
 Prints one line per figure and writes them to ``benchmarks/out/results.json``.
 """
@@ -217,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import bench_ledger
 
     results["ledger"] = bench_ledger.run("quick" if args.quick else "full")
+    # Every registered page's callbacks over HTTP against a served demo warehouse (full: 30
+    # days of 1,024 GPUs, built with `gpuledger demo`: long; see bench_dashboard.py).
+    from benchmarks import bench_dashboard
+
+    results["dashboard"] = bench_dashboard.run("small" if args.quick else "full")
     OUT.mkdir(exist_ok=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
     return 0

@@ -136,7 +136,9 @@ def _layout() -> html.Div:
 
 
 def _from_url(search: str | None, state: str | None) -> tuple[Any, ...]:
-    """The controls as the URL says, on load and on every navigation that changes it."""
+    """The controls as the URL says, on load and on every navigation that changes it, with
+    what they offer: a dropdown drops a value its options do not hold yet, so both come
+    together (else a shared link's tenant, pool or model is lost on load)."""
     if state is not None and (search or "") == state:
         raise dash.exceptions.PreventUpdate  # the URL is what the controls already say
     today = context.get().now().date()
@@ -150,6 +152,7 @@ def _from_url(search: str | None, state: str | None) -> tuple[Any, ...]:
         *(getattr(f, name) or None for name in _CONTROLS),
         f.by,
         f.idle_policy or None,
+        *_choices(f.cluster),
     )
 
 
@@ -167,6 +170,11 @@ def _to_state(first: str | None, last: str | None, *values: str | None) -> tuple
 def _nav(state: str | None, ids: list[dict[str, str]]) -> list[str]:
     """Every page's link keeps the filters, so moving between pages keeps the question."""
     return [i["path"] + (state or "") for i in ids]
+
+
+def _cluster_choices(cluster: str | None) -> tuple[list[str], ...]:
+    """What the filters offer once another cluster is chosen."""
+    return _choices(cluster)
 
 
 def _choices(cluster: str | None) -> tuple[list[str], list[str], list[str], list[str]]:
@@ -211,6 +219,7 @@ def _register_shell(app: Dash) -> None:
         *(Output(f"filters-{name}", "value") for name in _CONTROLS),
         Output("filters-by", "value"),
         Output("filters-idle_policy", "value"),
+        *(Output(f"filters-{name}", "options") for name in _CONTROLS),
         Input("shell-url", "search"),
         State("filters-state", "data"),
     )(_from_url)
@@ -232,9 +241,7 @@ def _register_shell(app: Dash) -> None:
         State({"type": "shell-nav", "path": dash.ALL}, "id"),
     )(_nav)
     app.callback(
-        Output("filters-cluster", "options"),
-        Output("filters-pool", "options"),
-        Output("filters-gpu_model", "options"),
-        Output("filters-tenant", "options"),
+        *(Output(f"filters-{name}", "options", allow_duplicate=True) for name in _CONTROLS),
         Input("filters-cluster", "value"),
-    )(_choices)
+        prevent_initial_call=True,  # the first come with the URL's values (_from_url)
+    )(_cluster_choices)

@@ -7,9 +7,12 @@ every test that writes gets a fresh database in it (``wh``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import itertools
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -288,17 +291,23 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serving(
-    gpuledger_cmd: list[str], env: dict[str, str], data_dir: Path, *, tls_ca: Path | None = None
+    gpuledger_cmd: list[str],
+    env: dict[str, str],
+    data_dir: Path,
+    *,
+    tls_ca: Path | None = None,
+    log: Path | None = None,
 ) -> Iterator[str]:
     """A real `gpuledger serve` over ``data_dir`` on a free port of 127.0.0.1, once its
     /healthz answers (HTTPS checked against ``tls_ca`` when given): its base URL. Stopped at
-    the end."""
+    the end. What it prints goes to ``log`` when given (a failed callback's traceback)."""
     port = free_port()
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 (closed below)
     server = subprocess.Popen(
         [*gpuledger_cmd, "serve", "--port", str(port), "--data-dir", str(data_dir)],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
     )
     url = f"{'https' if tls_ca else 'http'}://127.0.0.1:{port}"
     try:
@@ -316,3 +325,103 @@ def serving(
     finally:
         server.terminate()
         server.wait(timeout=60)
+        if not isinstance(out, int):
+            out.close()
+
+
+# -- a served demo warehouse, for the pages' tests over HTTP and in the browser --------------
+PASSWORD = "correct horse battery"
+
+
+def names_in(text: str, names: frozenset[str]) -> set[str]:
+    """Which of ``names`` appear in ``text`` as whole words (``product`` in
+    ``product/search``, not in ``production``)."""
+    return {n for n in names if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", text)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """A real `gpuledger serve` over a small simulated cluster, with two people who log in:
+    ``manager`` (role manager) and ``lead`` (role ``tenant:<org>``), both with PASSWORD."""
+
+    url: str
+    data_dir: Path
+    cmd: list[str]
+    env: dict[str, str]
+    log: Path
+    org: str  # the lead's org
+    #: every other tenant's names (orgs, projects, keys, display names, their users):
+    #: none may reach the lead
+    others: frozenset[str]
+    other_orgs: tuple[str, ...]
+    #: the ``<variable>`` values of templated pages (``/gpu/<uuid>``)
+    template_values: dict[str, str]
+    days: tuple[str, str]  # whole days of data: first, last
+    manager: str = "mgr"
+    lead: str = "lead"
+
+    def cli(self, *args: str, stdin: str = "") -> str:
+        """Run `gpuledger ARGS --data-dir DIR` (a read command is answered by the server)."""
+        got = subprocess.run(
+            [*self.cmd, *args, "--data-dir", str(self.data_dir)],
+            env=self.env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert got.returncode == 0, got.stderr[-2000:]
+        return got.stdout
+
+
+@pytest.fixture(scope="session")
+def demo_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """32 simulated GPUs over 3 days (`gpuledger demo --no-serve`), served by `gpuledger
+    serve` for the whole session. The lead's org is the one with the most jobs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+    env["PYTHONPATH"] = str(ROOT)
+    cmd = [sys.executable, "-m", "gpuledger.cli"]
+    root = tmp_path_factory.mktemp("site")
+    data = root / "data"
+    site = Site("", data, cmd, env, root / "serve.log", "", frozenset(), (), {}, ("", ""))
+    site.cli("demo", "--days", "3", "--gpus", "32", "--seed", "7", "--no-serve")
+
+    held = json.loads(
+        site.cli(
+            "sql",
+            "SELECT a.org AS org, a.project AS project, a.tenant AS tenant, a.user AS user, "
+            "count() AS held, argMin(a.gpu_uuid, a.start_ts) AS gpu, "
+            "any(t.display_name) AS display_name FROM gpuledger.allocations AS a "
+            "LEFT JOIN gpuledger.tenants AS t ON t.tenant = a.tenant "
+            "GROUP BY org, project, tenant, user ORDER BY org, project, user",
+            "--format",
+            "json",
+        )
+    )
+    per_org: dict[str, int] = {}
+    for r in held:
+        per_org[r["org"]] = per_org.get(r["org"], 0) + int(r["held"])
+    org = max(sorted(per_org), key=lambda o: per_org[o])
+    mine = {r["user"] for r in held if r["org"] == org}
+    names = {
+        name
+        for r in held
+        if r["org"] != org
+        for name in (r["org"], r["project"], r["tenant"], r["display_name"], r["user"])
+        if name not in mine
+    }
+    uuid = next(r["gpu"] for r in held if r["org"] == org)  # a GPU the lead's org held
+    last = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
+    days = ((last - dt.timedelta(days=1)).isoformat(), last.isoformat())
+    site.cli("user", "add", "mgr", "--role", "manager", "--password-stdin", stdin=PASSWORD)
+    site.cli("user", "add", "lead", "--role", f"tenant:{org}", "--password-stdin", stdin=PASSWORD)
+    with serving(cmd, env, data, log=site.log) as url:
+        yield dataclasses.replace(
+            site,
+            url=url,
+            org=org,
+            others=frozenset(n for n in names if n),
+            other_orgs=tuple(sorted(o for o in per_org if o != org)),
+            template_values={"uuid": uuid},
+            days=days,
+        )

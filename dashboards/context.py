@@ -43,7 +43,7 @@ class Viewer:
             return asked
         if asked is None or asked == mine or asked.startswith(mine + "/"):
             return asked or mine
-        raise Forbidden(f"{self.name} ({self.role}) may not see tenant {asked}")
+        raise Forbidden(f"{self.name} ({self.role}) may see the figures of tenant {mine} alone")
 
 
 #: A viewer for in-process use without the shell's login (tests of the pages, `--insecure`).

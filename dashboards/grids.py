@@ -7,12 +7,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from dash import html
-
-from dashboards import context
-from dashboards.context import Viewer
-from dashboards.filters import Filters
-
 _BLANK = "params.value == null ? '–' : "
 
 
@@ -49,15 +43,3 @@ def ratio(field: str, header: str, **more: Any) -> dict[str, Any]:
 def amount(value: str | Decimal | None) -> float | None:
     """Money for a grid cell (to the cent; the exact figures are in the downloads)."""
     return None if value is None else float(Decimal(value))
-
-
-def asked(state: str | None) -> tuple[Filters, Viewer]:
-    """The shared filters from the shell's ``filters-state`` and who is asking; raises
-    ``Forbidden`` (nobody logged in) or ``InputError`` (a filter that does not parse)."""
-    filters = Filters.parse(state or "", today=context.get().now().date())
-    return filters, context.viewer()
-
-
-def note(text: str) -> html.P:
-    """A short message in place of figures: an empty state, a refusal, a mistake."""
-    return html.P(text, className="empty")

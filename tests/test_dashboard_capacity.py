@@ -226,7 +226,7 @@ def test_a_forged_callback_for_another_tenant_is_refused(fleet_wh: Warehouse) ->
         (["capacity-heatmap.figure"], {**forged, "capacity-metric.value": "held"}),
     ):
         got = text(call(client, outputs, inputs))
-        assert "may not see tenant" in got and "rowData" not in got and '"z"' not in got
+        assert "may see the figures of tenant" in got and "rowData" not in got and '"z"' not in got
 
 
 def test_the_api_answers_what_the_cli_prints(fleet_wh: Warehouse) -> None:

@@ -149,7 +149,7 @@ def test_a_forged_callback_for_another_tenant_is_refused(fleet_wh: Warehouse) ->
         (PENDING, {"filters-state.data": forged}),
     ):
         got = text(call(client, outputs, inputs))
-        assert "may not see tenant" in got and "rowData" not in got
+        assert "may see the figures of tenant" in got and "rowData" not in got
 
 
 def test_the_api_answers_what_the_cli_prints(fleet_wh: Warehouse) -> None:

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from dash import Input, Output, callback, dcc, html
 from dash.development.base_component import Component
 
-from dashboards import grids
+from dashboards import grids, widgets
 from dashboards.answers import cost as cost_answers
 from dashboards.answers import ledger as ledger_answers
 from dashboards.context import Forbidden
@@ -99,8 +99,14 @@ def _kpi(label: str, value: str) -> html.Div:
     Input("filters-state", "data"),
 )
 def _links(state: str | None) -> tuple[str, str]:
-    """The download links carry the filters; the route checks the viewer itself."""
-    return "/download/ledger.csv" + (state or ""), "/download/ledger.xlsx" + (state or "")
+    """The download links carry the filters the viewer may ask for (the route checks the
+    viewer again itself); none when the filters ask for what the viewer may not see."""
+    try:
+        filters, who = widgets.asked(state)
+        query = filters.query(tenant=who.scope(filters.tenant) or "")
+    except (Forbidden, InputError):
+        return "", ""
+    return "/download/ledger.csv" + query, "/download/ledger.xlsx" + query
 
 
 def _kpis(ledger: Ledger) -> list[Component]:
@@ -142,14 +148,14 @@ def _bars(ledger: Ledger) -> go.Figure:
 def _ledger(state: str | None) -> tuple[Any, ...]:
     """The ledger of the range for the viewer, by the filters' grouping and idle policy."""
     try:
-        filters, who = grids.asked(state)
+        filters, who = widgets.asked(state)
         ledger = ledger_answers.ledger(filters, who)
     except (Forbidden, InputError) as exc:
-        return [], grids.note(str(exc)), _figure(), dash.no_update, [], {}
+        return [], widgets.message(str(exc)), _figure(), dash.no_update, [], {}
     columns = _columns(ledger.group_by, ledger.currency)
     if not ledger.rows and ledger.unallocated is None:
         empty = f"No GPU-hours from {filters.first} to {filters.last} in these filters."
-        return [], grids.note(empty), _figure(), columns, [], {}
+        return [], widgets.message(empty), _figure(), columns, [], {}
     header, cells = table(ledger)
     rows = [
         {h: float(v) if isinstance(v, Decimal) else v for h, v in zip(header, r, strict=True)}
@@ -186,10 +192,10 @@ def _ledger(state: str | None) -> tuple[Any, ...]:
 def _change(state: str | None) -> tuple[Any, go.Figure]:
     """Why the cost of the range's last month differs from the month before."""
     try:
-        filters, who = grids.asked(state)
+        filters, who = widgets.asked(state)
         change = cost_answers.change(filters, who)
     except (Forbidden, InputError) as exc:
-        return grids.note(str(exc)), _figure()
+        return widgets.message(str(exc)), _figure()
     lines = change.to_text().splitlines()
     text = html.Div([html.P(lines[0]), html.Ul([html.Li(x.strip()) for x in lines[1:]])])
     return text, _waterfall(change)

@@ -15,7 +15,7 @@ import dash_ag_grid as dag
 import plotly.graph_objects as go
 from dash import Input, Output, callback, dcc, html
 
-from dashboards import grids
+from dashboards import grids, widgets
 from dashboards.answers import tenants as answers
 from dashboards.context import Forbidden
 from gpuledger_errors import InputError
@@ -172,15 +172,15 @@ def _treemap(rows: list[dict[str, Any]], currency: str) -> go.Figure:
 def _tree(state: str | None) -> tuple[go.Figure, list[dict[str, Any]], Any]:
     """The tree of the tenants the viewer may see, in the window and filters."""
     try:
-        filters, who = grids.asked(state)
+        filters, who = widgets.asked(state)
         doc = answers.tree(filters, who)
     except (Forbidden, InputError) as exc:
-        return _empty_figure(), [], grids.note(str(exc))
+        return _empty_figure(), [], widgets.message(str(exc))
     if not doc["rows"]:
         return (
             _empty_figure(),
             [],
-            grids.note(
+            widgets.message(
                 f"No GPU was held from {doc['from']} to {doc['to']} in these filters: widen the "
                 "range or clear a filter."
             ),
@@ -206,12 +206,12 @@ def _tree(state: str | None) -> tuple[go.Figure, list[dict[str, Any]], Any]:
 def _quotas(state: str | None) -> tuple[list[dict[str, Any]], Any]:
     """Each visible tenant's quota position at the window's end (or now)."""
     try:
-        filters, who = grids.asked(state)
+        filters, who = widgets.asked(state)
         doc = answers.quotas(filters, who)
     except (Forbidden, InputError) as exc:
-        return [], grids.note(str(exc))
+        return [], widgets.message(str(exc))
     if not doc["rows"]:
-        return [], grids.note("No quota and no GPU held at the end of the range.")
+        return [], widgets.message("No quota and no GPU held at the end of the range.")
     return doc["rows"], html.P(f"As of {doc['at'][:16]} UTC.", className="caption")
 
 
@@ -244,15 +244,15 @@ def _jobs(
     """The jobs of the picked tenant (else of the viewer's or the filters' tenant)."""
     picked = picked or {}
     try:
-        filters, who = grids.asked(state)
+        filters, who = widgets.asked(state)
         if not (picked.get("tenant") or filters.tenant or who.tenant):
-            return [], "Jobs", grids.note("Pick a tenant in the table or the treemap above.")
+            return [], "Jobs", widgets.message("Pick a tenant in the table or the treemap above.")
         doc = answers.jobs(filters, who, picked.get("tenant", ""), picked.get("user", ""))
     except (Forbidden, InputError) as exc:
-        return [], "Jobs", grids.note(str(exc))
+        return [], "Jobs", widgets.message(str(exc))
     title = f"Jobs of {doc['tenant']}" + (f" by {doc['user']}" if doc["user"] else "")
     if not doc["jobs"]:
-        return [], title, grids.note("No job held GPUs in the range.")
+        return [], title, widgets.message("No job held GPUs in the range.")
     rows = [
         {
             **j,

@@ -45,7 +45,6 @@ from gpuledger.commands import (
     cmd_ledger,
     cmd_queues,
     cmd_seal,
-    cmd_sql,
     cmd_token,
     cmd_user,
     cmd_why,
@@ -57,6 +56,7 @@ from gpuledger.parser import parse
 from gpuledger.quarantine_commands import cmd_quarantine
 from gpuledger.serve_commands import cmd_demo, cmd_serve
 from gpuledger.settings import Settings, load_settings
+from gpuledger.sql_command import cmd_sql
 from gpuledger_errors import GpuledgerError, InputError
 
 
@@ -72,6 +72,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             overrides.setdefault("simulator", {})[key] = value
     if getattr(args, "port", None) is not None:
         overrides.setdefault("server", {})["port"] = args.port
+    if getattr(args, "user", None):
+        overrides.setdefault("sql", {})["user"] = args.user
     return load_settings(args.config, overrides=overrides)
 
 

@@ -1,18 +1,18 @@
-"""The commands that run and end: sql, audit, token, user, db, import, ledger, seal, why,
-queues, fragmentation (`serve` and `demo` are in :mod:`gpuledger.serve_commands`)."""
+"""The commands that run and end: audit, token, user, db, import, ledger, seal, why, queues,
+fragmentation (`sql` is in :mod:`gpuledger.sql_command`, `serve` and `demo` in
+:mod:`gpuledger.serve_commands`)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import getpass
 import json
-import os
 import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gpuledger.audit_trail import os_user
 from gpuledger.inputs import day, instant
 from gpuledger.output import format_duration, format_rows
 from gpuledger.settings import Settings
@@ -22,65 +22,6 @@ from warehouse.times import FIRST_INSTANT
 if TYPE_CHECKING:
     from warehouse.client import Warehouse
     from warehouse.ledger import IdleRule, Ledger
-
-
-def cmd_sql(
-    settings: Settings,
-    args: argparse.Namespace,
-    *,
-    wh: Warehouse | None = None,
-    out: TextIO | None = None,
-) -> int:
-    from gpuledger.app import reading_warehouse
-    from warehouse.client import WarehouseError
-
-    wh = reading_warehouse(settings, wh)
-    out = sys.stdout if out is None else out
-    console = wh if args.write else wh.read_only()
-    console.name_tables_unqualified()
-    try:
-        columns, rows = console.table(args.query)
-    except WarehouseError as exc:
-        if args.write:
-            _audit_write(wh, f"{args.query}\n-- {exc}", "failed")
-        if exc.name == "READONLY" or exc.code == _READONLY:
-            raise InputError(
-                "the SQL console is read-only and this statement would change data or "
-                "schema, or reach files or URLs; run it with --write if you mean it (audited)"
-            ) from exc
-        raise
-    finally:
-        if console is not wh:  # a client of its own: a serving process answers many
-            console.close()
-    if args.write:
-        _audit_write(wh, args.query, "ok")
-    out.write(format_rows(columns, rows, args.format))
-    return 0
-
-
-def _audit_write(wh: Any, detail: str, outcome: str) -> None:
-    """The console's writes are on record, whatever they did; a statement that dropped the
-    audit log itself leaves a warning instead (and the next command reports the drop)."""
-    from warehouse.client import WarehouseError
-
-    try:
-        wh.audit(_who(), "sql.write", wh.database, detail, outcome=outcome)
-    except WarehouseError as exc:
-        print(
-            f"gpuledger: warning: the audit log could not record this write: {exc}", file=sys.stderr
-        )
-
-
-#: The engine's error code for a statement refused under ``readonly``.
-_READONLY = 164
-
-
-def _who() -> str:
-    """The operating-system user running the CLI, for the audit log."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a container): say which uid
-        return f"uid {os.getuid()}"
 
 
 def cmd_audit(
@@ -113,7 +54,7 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
 
     store = TokenStore(settings.tokens_file)
     if args.action == "create":
-        token, record = store.create(args.cluster, args.node, by=_who(), note=args.note)
+        token, record = store.create(args.cluster, args.node, by=os_user(), note=args.note)
         print(token)
         print(
             f"ingest token {record.id} for {record.scope()}: shown this once, keep it in the "
@@ -140,7 +81,7 @@ def cmd_user(settings: Settings, args: argparse.Namespace) -> int:
     if args.action == "add":
         made = not args.password_stdin
         password = new_password() if made else sys.stdin.readline().rstrip("\n")
-        user = store.add(args.name, args.role, password, by=_who())
+        user = store.add(args.name, args.role, password, by=os_user())
         if made:
             print(password)
         print(

@@ -21,7 +21,6 @@ from gpuledger.commands import (
     cmd_fragmentation,
     cmd_ledger,
     cmd_queues,
-    cmd_sql,
     cmd_why,
     idle_rule,
     utc_now,
@@ -30,6 +29,7 @@ from gpuledger.forward import FORWARDED_TEXT, ForwardServer, is_forwarded
 from gpuledger.parser import parse
 from gpuledger.quarantine_commands import cmd_quarantine
 from gpuledger.settings import Settings, SettingsError
+from gpuledger.sql_command import cmd_sql
 from gpuledger_errors import InputError
 
 if TYPE_CHECKING:

@@ -409,6 +409,18 @@ class KubernetesSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class SqlSettings:
+    """`gpuledger sql`, the SQL console."""
+
+    #: The gpuledger user (role admin) that `sql --write` runs as, asked for its password;
+    #: `--user` overrides it (GPULEDGER_SQL__USER in the environment).
+    user: str = ""
+
+    def validate(self) -> None:
+        """Nothing to check: an unknown user is refused when `sql --write` asks for it."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     warehouse: WarehouseSettings = WarehouseSettings()
     ledger: LedgerSettings = LedgerSettings()
@@ -416,6 +428,7 @@ class Settings:
     server: ServerSettings = ServerSettings()
     agent: AgentSettings = AgentSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
+    sql: SqlSettings = SqlSettings()
 
     def validate(self) -> None:
         for field in dataclasses.fields(self):

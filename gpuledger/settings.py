@@ -464,6 +464,12 @@ class Settings:
         return Path(given).expanduser() if given else self._data_dir / "users.json"
 
     @property
+    def audit_pending_file(self) -> Path:
+        """Audit entries waiting for a process that can write them (gpuledger.audit_pending),
+        in the data directory."""
+        return self._data_dir / "audit-pending.json"
+
+    @property
     def session_key_file(self) -> Path:
         """The key that signs login cookies, made on first use, in the data directory."""
         return self._data_dir / "session-key"

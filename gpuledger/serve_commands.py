@@ -145,7 +145,14 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         dedup_window_s=s.dedup_window_s,
     )
     app = create_app(wh, idle=idle_rule(settings), currency=settings.ledger.currency)
-    register(app.server, wh, coalescer, tokens, max_body_bytes=s.max_body_bytes)
+    register(
+        app.server,
+        wh,
+        coalescer,
+        tokens,
+        max_body_bytes=s.max_body_bytes,
+        max_concurrent_bodies=s.max_concurrent_bodies,
+    )
     if users is not None:
         protect(
             app.server,

@@ -219,6 +219,9 @@ class ServerSettings:
     #: The longest batch the ingest route reads (413 beyond it, before reading when the
     #: Content-Length says so); its samples may take four times this once decompressed.
     max_body_bytes: int = 64 << 20
+    #: Ingest bodies read and decoded at once (each up to max_body_bytes, and more decoded);
+    #: one more is answered 503 with Retry-After, and its agent sends it again later.
+    max_concurrent_bodies: int = 4
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
@@ -260,6 +263,11 @@ class ServerSettings:
                 f"server.max_body_bytes {self.max_body_bytes} must be at least 1 MiB (1048576) "
                 f"and at most server.spool_max_bytes ({self.spool_max_bytes}): a batch larger "
                 "than the spool could never be kept"
+            )
+        if not 1 <= self.max_concurrent_bodies <= 256:
+            raise SettingsError(
+                f"server.max_concurrent_bodies {self.max_concurrent_bodies} must be 1 to 256 "
+                "(ingest bodies read at once; each may take server.max_body_bytes of memory)"
             )
         if self.dedup_window_s < 60:
             raise SettingsError(

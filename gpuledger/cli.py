@@ -7,7 +7,9 @@
     gpuledger import alibaba-v2023|alibaba-v2025 ...
     gpuledger ledger --from YYYY-MM-DD --to YYYY-MM-DD [--by ...] [--idle-policy ...]
     gpuledger seal [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--format table|json]
-    gpuledger sql "SELECT ..." [--format table|csv|json]
+    gpuledger sql "SELECT ..." [--format table|csv|json] [--write --user NAME [--password-stdin]]
+    gpuledger token create|list|revoke ...   gpuledger user add|list|remove ...
+    gpuledger audit [--since ...] [--who NAME] [--action PREFIX]
     gpuledger quarantine list [--kind K] [--reason TEXT] [--since ISO] [--format ...]
     gpuledger quarantine replay [--kind K] [--reason TEXT] [--since ISO] [--dry-run]
     gpuledger quarantine rejected [--format table|csv|json]

@@ -12,15 +12,15 @@ own the data directory, so an entry goes:
   warehouse themselves, so they never keep a starting `serve` out of it;
 - with a ClickHouse server DSN, straight into the server's audit log.
 
-When the owner or the server does not take it, it waits in the pending file as well, and the
-command says so on stderr.
+When the owner or the server does not take it, it waits in the pending file as well (``-v``
+says so).
 """
 
 from __future__ import annotations
 
 import getpass
+import logging
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from gpuledger.forward import tell
@@ -30,6 +30,8 @@ from gpuledger_errors import GpuledgerError
 if TYPE_CHECKING:
     from gpuledger.settings import Settings
     from warehouse.audit import AuditEntry
+
+log = logging.getLogger(__name__)
 
 #: How long the owner of the data directory has to take an entry, in seconds.
 _TELL_TIMEOUT_S = 30.0
@@ -63,12 +65,12 @@ def record(settings: Settings, entry: AuditEntry) -> None:
     except GpuledgerError as exc:
         note = one_line(exc)
     keep(settings.audit_pending_file, entry)
-    if note:
-        print(
-            f"gpuledger: the audit log did not take this change now ({note}); it waits in "
-            f"{settings.audit_pending_file} for the next gpuledger process that opens the "
-            "warehouse",
-            file=sys.stderr,
+    if note:  # nothing is lost, so no line beside the command's own: -v shows it
+        log.info(
+            "the audit log did not take this change now (%s); it waits in %s for the next "
+            "gpuledger process that opens the warehouse",
+            note,
+            settings.audit_pending_file,
         )
 
 

@@ -160,7 +160,7 @@ def test_changes_reach_the_running_server_at_once(
     assert _audit(gpuledger_cmd, cli_env, data) == entries  # read directly: the same, once
 
 
-def test_an_owner_that_does_not_answer_leaves_the_entry_waiting_and_says_so(
+def test_an_owner_that_does_not_answer_leaves_the_entry_waiting(
     tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
     """Another process holds the engine's lock and has no socket to ask it on (such as
@@ -172,12 +172,12 @@ def test_an_owner_that_does_not_answer_leaves_the_entry_waiting_and_says_so(
         status.write("PID: 4242\n")
         status.flush()
         fcntl.flock(status, fcntl.LOCK_EX)
-        added = _run(gpuledger_cmd, cli_env, "user", "add", "ana", "--role", "admin", *where)
+        added = _run(gpuledger_cmd, cli_env, "user", "add", "ana", "--role", "admin", "-v", *where)
         fcntl.flock(status, fcntl.LOCK_UN)
     (data / "status").unlink()
     assert added.returncode == 0
-    note = added.stderr.splitlines()[-1]
-    assert note.startswith("gpuledger: the audit log did not take this change now (")
+    note = added.stderr.splitlines()[-1]  # -v: the log line
+    assert "INFO gpuledger.audit_trail: the audit log did not take this change now (" in note
     assert "(PID 4242)" in note and f"it waits in {data / PENDING}" in note
     assert len(json.loads((data / PENDING).read_text())["entries"]) == 1
     assert _summary(_audit(gpuledger_cmd, cli_env, data)) == [("user.add", "ana", "ok")]

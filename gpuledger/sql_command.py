@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 #: The engine's error code for a statement refused under ``readonly``.
 _READONLY = 164
-_READ_ONLY = (
+_IS_READ_ONLY = (
     "the SQL console is read-only and this statement would change data or schema; run it "
     "with --write --user ADMIN if you mean it (audited)"
 )
@@ -59,7 +59,7 @@ def cmd_sql(
         if args.write:
             _audit(wh, name, "sql.write", f"{args.query}\n-- {exc}", "failed")
         if exc.name == "READONLY" or exc.code == _READONLY:
-            raise InputError(_READ_ONLY) from exc
+            raise InputError(_IS_READ_ONLY) from exc
         raise
     finally:
         if console is not wh:  # a client of its own: a serving process answers many
@@ -103,7 +103,7 @@ def _checked(wh: Warehouse, args: argparse.Namespace, name: str) -> str:
     try:
         statement = check(checker, args.query)
         if statement.inline_data and not args.write:
-            raise InputError(_READ_ONLY)
+            raise InputError(_IS_READ_ONLY)
         if statement.inline_data:
             raise ConsoleRefusal(INLINE_DATA)
     except ConsoleRefusal as exc:

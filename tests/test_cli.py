@@ -90,7 +90,9 @@ def test_bad_sql_is_one_line(
     d = str(tmp_path / "d")
     assert run(gpuledger_cmd, cli_env, "db", "migrate", "--data-dir", d).returncode == 0
     proc = run(gpuledger_cmd, cli_env, "sql", "SELEC 1", "--data-dir", d)
-    assert "Syntax error" in one_line_error(proc)
+    assert proc.returncode == 2 and "is not SQL the engine reads: Syntax error" in (
+        one_line_error(proc)
+    )
 
 
 @pytest.mark.parametrize(
@@ -192,11 +194,12 @@ def test_unknown_setting_is_one_line(
             "the window is empty: --to 2026-11-28 is before --from 2026-12-03",
             "warehouse.ledger.result.LedgerError",
         ),
-        (  # a WarehouseError: ClickHouse refuses the SQL
-            ["sql", "SELEC 1"],
+        (  # a WarehouseError: ClickHouse cannot answer the SQL (bad SQL is the console's
+            # own refusal, an InputError: test_bad_sql_is_one_line)
+            ["sql", "SELECT * FROM nosuch"],
             {},
             1,
-            "Syntax error",
+            "Unknown table expression identifier 'nosuch'",
             "warehouse.client.WarehouseError",
         ),
         (  # a SourceError: with --once, an exporter that answered nothing fails the check

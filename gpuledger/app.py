@@ -6,12 +6,16 @@ engine lets one process own its data directory and must not be forked after it i
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 
+from gpuledger.audit_pending import drain
 from gpuledger.settings import Settings
-from gpuledger_errors import InputError
+from gpuledger_errors import GpuledgerError, InputError
 from warehouse.client import Warehouse, connect
 from warehouse.migrate import RenderOptions, SchemaDamaged, migrate
+
+log = logging.getLogger(__name__)
 
 
 def render_options(settings: Settings) -> RenderOptions:
@@ -61,7 +65,18 @@ def open_warehouse(
         if made is not None:
             with contextlib.suppress(OSError):  # a read-only directory only loses this check
                 made.write_text(w.database + "\n")
+        write_pending(wh, settings)
     return wh
+
+
+def write_pending(wh: Warehouse, settings: Settings) -> None:
+    """Write the audit entries that wait in the pending file (gpuledger.audit_pending) into
+    ``wh``. Best effort: the command goes on when they cannot be written (they wait for the
+    next process), and a warning says why."""
+    try:
+        drain(wh, settings.audit_pending_file)
+    except GpuledgerError as exc:
+        log.warning("the audit entries in %s wait: %s", settings.audit_pending_file, exc)
 
 
 def reading_warehouse(settings: Settings, wh: Warehouse | None) -> Warehouse:

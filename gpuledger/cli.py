@@ -7,7 +7,9 @@
     gpuledger import alibaba-v2023|alibaba-v2025 ...
     gpuledger ledger --from YYYY-MM-DD --to YYYY-MM-DD [--by ...] [--idle-policy ...]
     gpuledger seal [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--format table|json]
-    gpuledger sql "SELECT ..." [--format table|csv|json]
+    gpuledger sql "SELECT ..." [--format table|csv|json] [--write --user NAME [--password-stdin]]
+    gpuledger token create|list|revoke ...   gpuledger user add|list|remove ...
+    gpuledger audit [--since ...] [--who NAME] [--action PREFIX]
     gpuledger quarantine list [--kind K] [--reason TEXT] [--since ISO] [--format ...]
     gpuledger quarantine replay [--kind K] [--reason TEXT] [--since ISO] [--dry-run]
     gpuledger quarantine rejected [--format table|csv|json]
@@ -45,7 +47,6 @@ from gpuledger.commands import (
     cmd_ledger,
     cmd_queues,
     cmd_seal,
-    cmd_sql,
     cmd_token,
     cmd_user,
     cmd_why,
@@ -58,6 +59,7 @@ from gpuledger.quarantine_commands import cmd_quarantine
 from gpuledger.report_commands import cmd_report
 from gpuledger.serve_commands import cmd_demo, cmd_serve
 from gpuledger.settings import Settings, load_settings
+from gpuledger.sql_command import cmd_sql
 from gpuledger_errors import GpuledgerError, InputError
 
 
@@ -73,6 +75,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             overrides.setdefault("simulator", {})[key] = value
     if getattr(args, "port", None) is not None:
         overrides.setdefault("server", {})["port"] = args.port
+    if getattr(args, "user", None):
+        overrides.setdefault("sql", {})["user"] = args.user
     return load_settings(args.config, overrides=overrides)
 
 

@@ -1,18 +1,20 @@
-"""The commands that run and end: sql, audit, token, user, db, import, ledger, seal, why,
-queues, fragmentation (`serve` and `demo` are in :mod:`gpuledger.serve_commands`)."""
+"""The commands that run and end: audit, token, user, db, import, ledger, seal, why, queues,
+fragmentation (`sql` is in :mod:`gpuledger.sql_command`, `serve` and `demo` in
+:mod:`gpuledger.serve_commands`)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
-import getpass
 import json
-import os
 import sys
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gpuledger.audit_trail import os_user
 from gpuledger.inputs import day, instant
 from gpuledger.output import format_rows
 from gpuledger.settings import Settings
@@ -22,65 +24,6 @@ from warehouse.times import format_duration
 if TYPE_CHECKING:
     from warehouse.client import Warehouse
     from warehouse.ledger import IdleRule, Ledger
-
-
-def cmd_sql(
-    settings: Settings,
-    args: argparse.Namespace,
-    *,
-    wh: Warehouse | None = None,
-    out: TextIO | None = None,
-) -> int:
-    from gpuledger.app import reading_warehouse
-    from warehouse.client import WarehouseError
-
-    wh = reading_warehouse(settings, wh)
-    out = sys.stdout if out is None else out
-    console = wh if args.write else wh.read_only()
-    console.name_tables_unqualified()
-    try:
-        columns, rows = console.table(args.query)
-    except WarehouseError as exc:
-        if args.write:
-            _audit_write(wh, f"{args.query}\n-- {exc}", "failed")
-        if exc.name == "READONLY" or exc.code == _READONLY:
-            raise InputError(
-                "the SQL console is read-only and this statement would change data or "
-                "schema, or reach files or URLs; run it with --write if you mean it (audited)"
-            ) from exc
-        raise
-    finally:
-        if console is not wh:  # a client of its own: a serving process answers many
-            console.close()
-    if args.write:
-        _audit_write(wh, args.query, "ok")
-    out.write(format_rows(columns, rows, args.format))
-    return 0
-
-
-def _audit_write(wh: Any, detail: str, outcome: str) -> None:
-    """The console's writes are on record, whatever they did; a statement that dropped the
-    audit log itself leaves a warning instead (and the next command reports the drop)."""
-    from warehouse.client import WarehouseError
-
-    try:
-        wh.audit(_who(), "sql.write", wh.database, detail, outcome=outcome)
-    except WarehouseError as exc:
-        print(
-            f"gpuledger: warning: the audit log could not record this write: {exc}", file=sys.stderr
-        )
-
-
-#: The engine's error code for a statement refused under ``readonly``.
-_READONLY = 164
-
-
-def _who() -> str:
-    """The operating-system user running the CLI, for the audit log."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a container): say which uid
-        return f"uid {os.getuid()}"
 
 
 def cmd_audit(
@@ -108,22 +51,27 @@ def cmd_audit(
 
 def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
     """Make, list and revoke ingest tokens (a file beside the warehouse: this works while
-    `serve` runs, which reads it again when it changes)."""
+    `serve` runs, which reads it again when it changes). Changes go to the audit log."""
     from gpuledger.tokens import TokenStore
 
     store = TokenStore(settings.tokens_file)
     if args.action == "create":
-        token, record = store.create(args.cluster, args.node, by=_who(), note=args.note)
+        what = f"cluster {args.cluster}" + (f", node {args.node}" if args.node else "")
+        with _audited(settings, "token.create", args.cluster, what):
+            token, record = store.create(args.cluster, args.node, by=os_user(), note=args.note)
         print(token)
         print(
             f"ingest token {record.id} for {record.scope()}: shown this once, keep it in the "
             "agents' agent.token (GPULEDGER_AGENT__TOKEN)",
             file=sys.stderr,
         )
+        _record(settings, "token.create", record.id, record.scope(), "ok")
         return 0
     if args.action == "revoke":
-        record = store.revoke(args.id)
+        with _audited(settings, "token.revoke", args.id, ""):
+            record = store.revoke(args.id)
         print(f"ingest token {record.id} ({record.scope()}) revoked at {record.revoked_at}")
+        _record(settings, "token.revoke", record.id, record.scope(), "ok")
         return 0
     columns = ["id", "cluster", "node", "created_at", "created_by", "note", "revoked_at"]
     rows = [[getattr(t, c) for c in columns] for t in store.tokens()]
@@ -133,14 +81,16 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_user(settings: Settings, args: argparse.Namespace) -> int:
     """Add, list and remove the people who may log in (a file beside the warehouse: this
-    works while `serve` runs, which reads it again when it changes)."""
+    works while `serve` runs, which reads it again when it changes). Changes go to the audit
+    log."""
     from gpuledger.users import UserStore, new_password
 
     store = UserStore(settings.users_file)
     if args.action == "add":
         made = not args.password_stdin
         password = new_password() if made else sys.stdin.readline().rstrip("\n")
-        user = store.add(args.name, args.role, password, by=_who())
+        with _audited(settings, "user.add", args.name, f"role {args.role}"):
+            user = store.add(args.name, args.role, password, by=os_user())
         if made:
             print(password)
         print(
@@ -148,15 +98,35 @@ def cmd_user(settings: Settings, args: argparse.Namespace) -> int:
             + ("; the password above is shown this once" if made else ""),
             file=sys.stderr,
         )
+        _record(settings, "user.add", user.name, f"role {user.role}", "ok")
         return 0
     if args.action == "remove":
-        user = store.remove(args.name)
+        with _audited(settings, "user.remove", args.name, ""):
+            user = store.remove(args.name)
         print(f"user {user.name} ({user.role}) removed; their sessions end now")
+        _record(settings, "user.remove", user.name, f"role {user.role}", "ok")
         return 0
     columns = ["name", "role", "created_at", "created_by"]
     rows = [[getattr(u, c) for c in columns] for u in store.users()]
     sys.stdout.write(format_rows(columns, rows, "table"))
     return 0
+
+
+@contextlib.contextmanager
+def _audited(settings: Settings, action: str, obj: str, what: str) -> Iterator[None]:
+    """A change refused as asked (an unknown id, a bad name) is on record too."""
+    try:
+        yield
+    except InputError as exc:
+        _record(settings, action, obj, "; ".join(filter(None, [what, str(exc)])), "failed")
+        raise
+
+
+def _record(settings: Settings, action: str, obj: str, detail: str, outcome: str) -> None:
+    from gpuledger.audit_pending import new_entry
+    from gpuledger.audit_trail import record
+
+    record(settings, new_entry(os_user(), action, obj, detail, outcome))
 
 
 def cmd_db(

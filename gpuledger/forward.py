@@ -11,8 +11,13 @@ command printed and its exit status, which the client prints and exits with. Onl
 commands in :data:`FORWARDED` are answered (``sql`` without ``--write``, so on the engine's
 read-only client, :meth:`warehouse.client.Warehouse.read_only`): nothing sent this way writes.
 
-The protocol: one request line ``{"version": 1, "argv": [...]}`` (at most 1 MiB), one reply
-``{"stdout": "...", "stderr": "...", "status": N}``, then the owner closes the connection.
+It also takes the audit entries of the commands that change the files beside the warehouse
+while it runs (``token create`` and ``revoke``, ``user add`` and ``remove``: :data:`AUDITED`),
+and writes them into its audit log (:mod:`gpuledger.audit_trail`); no other entry.
+
+The protocol: one request line ``{"version": 1, "argv": [...]}`` or ``{"version": 1, "audit":
+{entry}}`` (at most 1 MiB), one reply ``{"stdout": "...", "stderr": "...", "status": N}``, then
+the owner closes the connection.
 """
 
 from __future__ import annotations
@@ -29,13 +34,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 from gpuledger.output import exit_status, one_line
 from gpuledger_errors import GpuledgerError
 
 if TYPE_CHECKING:
     from gpuledger.settings import Settings
+    from warehouse.audit import AuditEntry
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +58,9 @@ FORWARDED: dict[str, tuple[str, ...] | None] = {
     "quarantine": ("list",),
     "db": ("status",),
 }
+#: The audit entries the owner writes for other processes: the changes to the files beside
+#: the warehouse, which work while it runs.
+AUDITED = frozenset({"token.create", "token.revoke", "user.add", "user.remove"})
 #: The same, as the messages name them.
 FORWARDED_TEXT = (
     "ledger, why, queues, fragmentation, sql (without --write), audit, quarantine list, db status"
@@ -130,6 +139,21 @@ def without_local_options(argv: Sequence[str]) -> list[str]:
 def ask(data_dir: Path, pid: str, argv: Sequence[str], timeout_s: float) -> Reply:
     """Send ``argv`` to the owner of ``data_dir`` (PID ``pid``) and wait up to ``timeout_s``
     for its answer."""
+    return _exchange(data_dir, pid, {"argv": list(argv)}, timeout_s)
+
+
+def tell(data_dir: Path, pid: str, entry: AuditEntry, timeout_s: float) -> None:
+    """Have the owner of ``data_dir`` (PID ``pid``) write ``entry`` into its audit log;
+    :class:`ForwardError` when it did not say it did."""
+    from gpuledger.audit_pending import as_json
+
+    reply = _exchange(data_dir, pid, {"audit": as_json(entry)}, timeout_s)
+    if reply.status != 0:
+        said = reply.stderr.strip().removeprefix("gpuledger: ") or f"status {reply.status}"
+        raise ForwardError(f"the process that owns {data_dir} (PID {pid}) did not take it: {said}")
+
+
+def _exchange(data_dir: Path, pid: str, request: dict[str, Any], timeout_s: float) -> Reply:
     path = socket_path(data_dir)
     owner = f"the gpuledger process that owns {data_dir} (PID {pid})"
     if len(os.fsencode(path)) > _SOCKET_PATH_MAX:
@@ -138,7 +162,7 @@ def ask(data_dir: Path, pid: str, argv: Sequence[str], timeout_s: float) -> Repl
             f"is too long for the socket commands are sent to it on ({_SOCKET_PATH_MAX} bytes "
             "at most): stop that process, or use a data directory with a shorter path"
         )
-    request = json.dumps({"version": _VERSION, "argv": list(argv)}).encode() + b"\n"
+    line = json.dumps({"version": _VERSION, **request}).encode() + b"\n"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(_CONNECT_TIMEOUT_S)
         try:
@@ -158,7 +182,7 @@ def ask(data_dir: Path, pid: str, argv: Sequence[str], timeout_s: float) -> Repl
             raise ForwardError(f"cannot reach {owner} on {path}: {exc.strerror or exc}") from None
         deadline = time.monotonic() + timeout_s
         try:
-            sock.sendall(request)
+            sock.sendall(line)
             body = _read_all(sock, deadline)
         except TimeoutError:
             raise ForwardError(
@@ -209,6 +233,8 @@ def _reply(body: bytes, owner: str) -> Reply:
 #: Runs one parsed-and-allowed command: ``(argv, out) -> exit status``; may raise
 #: :class:`GpuledgerError`.
 Answer = Callable[[list[str], TextIO], int]
+#: Writes one audit entry of :data:`AUDITED`; may raise :class:`GpuledgerError`.
+Record = Callable[["AuditEntry"], None]
 
 
 class ForwardServer:
@@ -219,9 +245,10 @@ class ForwardServer:
     (no redirect of the process's stdout, which the other threads share).
     """
 
-    def __init__(self, data_dir: Path, answer: Answer):
+    def __init__(self, data_dir: Path, answer: Answer, record: Record | None = None):
         self.path = socket_path(data_dir)
         self._answer = answer
+        self._record = record
         self._one_at_a_time = threading.Lock()
         server = _Server(str(self.path), _Handler, bind_and_activate=False)
         server.forwarder = self
@@ -243,7 +270,9 @@ class ForwardServer:
         self._thread.start()
 
     @classmethod
-    def start(cls, data_dir: Path, answer: Answer) -> ForwardServer | None:
+    def start(
+        cls, data_dir: Path, answer: Answer, record: Record | None = None
+    ) -> ForwardServer | None:
         """Serve, or log why read commands will not be answered (best effort: the dashboard
         and the ingest API serve either way) and return None."""
         if len(os.fsencode(socket_path(data_dir))) > _SOCKET_PATH_MAX:
@@ -255,7 +284,7 @@ class ForwardServer:
             )
             return None
         try:
-            return cls(data_dir, answer)
+            return cls(data_dir, answer, record)
         except OSError as exc:
             log.warning("read commands of other processes will not be answered: %s", exc)
             return None
@@ -279,6 +308,8 @@ class ForwardServer:
         argv = _request(line)
         if isinstance(argv, Reply):
             return argv
+        if not isinstance(argv, list):
+            return self._recorded(argv)
         out = io.StringIO()
         with self._one_at_a_time:
             try:
@@ -299,13 +330,26 @@ class ForwardServer:
             )
         return Reply(out.getvalue(), "", status)
 
+    def _recorded(self, entry: AuditEntry) -> Reply:
+        if self._record is None or entry.action not in AUDITED:
+            return _refusal(
+                f"audit entries of {entry.action!r} are not taken from other processes (only "
+                f"{', '.join(sorted(AUDITED))} are, by `gpuledger serve` and `demo`)"
+            )
+        with self._one_at_a_time:
+            try:
+                self._record(entry)
+            except GpuledgerError as exc:
+                return _refusal(f"the audit log did not take it: {one_line(exc)}")
+        return Reply("", "", 0)
+
 
 def _refusal(message: str) -> Reply:
     return Reply("", f"gpuledger: {message}\n", 1)
 
 
-def _request(line: bytes) -> list[str] | Reply:
-    """The argv a request line carries, or the reply that refuses it."""
+def _request(line: bytes) -> list[str] | AuditEntry | Reply:
+    """The argv or the audit entry a request line carries, or the reply that refuses it."""
     if len(line) > _MAX_REQUEST_BYTES or not line.endswith(b"\n"):
         return _refusal(f"the request is cut short or longer than {_MAX_REQUEST_BYTES} bytes")
     try:
@@ -317,6 +361,13 @@ def _request(line: bytes) -> list[str] | Reply:
             "the request is not one this gpuledger understands: run the same gpuledger "
             "version as the process that owns the data directory"
         )
+    if "audit" in doc:
+        from gpuledger.audit_pending import from_json
+
+        try:
+            return from_json(doc["audit"])
+        except ValueError as exc:
+            return _refusal(f"the request's audit entry is not one: {exc}")
     argv = doc.get("argv")
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         return _refusal("the request's argv is not a list of strings")

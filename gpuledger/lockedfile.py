@@ -43,8 +43,9 @@ def read_list(path: Path, key: str) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def changing(path: Path, key: str) -> Iterator[list[dict[str, Any]]]:
-    """The entries of ``path`` to change in place; written back when the block ends."""
+def changing(path: Path, key: str, *, remove_empty: bool = False) -> Iterator[list[dict[str, Any]]]:
+    """The entries of ``path`` to change in place; written back when the block ends (the file
+    removed instead, with ``remove_empty``, when none are left)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - closed by the with
@@ -54,6 +55,9 @@ def changing(path: Path, key: str) -> Iterator[list[dict[str, Any]]]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         entries = read_list(path, key)
         yield entries
+        if remove_empty and not entries:
+            path.unlink(missing_ok=True)
+            return
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -117,7 +117,18 @@ def _parser(
     sql.add_argument(
         "--write",
         action="store_true",
-        help="allow statements that change data or schema (read-only otherwise; audited)",
+        help="allow statements that change data or schema, as an admin (read-only otherwise; "
+        "audited)",
+    )
+    sql.add_argument(
+        "--user",
+        help="with --write: the gpuledger user, of role admin, to run as (default: sql.user, "
+        "GPULEDGER_SQL__USER); its password is asked for",
+    )
+    sql.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="with --write: read the user's password from the first line of stdin",
     )
 
     imp = sub.add_parser("import", parents=[common], help="import a public GPU cluster trace")

@@ -21,7 +21,6 @@ from gpuledger.commands import (
     cmd_fragmentation,
     cmd_ledger,
     cmd_queues,
-    cmd_sql,
     cmd_why,
     idle_rule,
     utc_now,
@@ -30,9 +29,11 @@ from gpuledger.forward import FORWARDED_TEXT, ForwardServer, is_forwarded
 from gpuledger.parser import parse
 from gpuledger.quarantine_commands import cmd_quarantine
 from gpuledger.settings import Settings, SettingsError
+from gpuledger.sql_command import cmd_sql
 from gpuledger_errors import InputError
 
 if TYPE_CHECKING:
+    from warehouse.audit import AuditEntry
     from warehouse.client import Warehouse
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     if args.no_serve:
         return 0
     if not args.insecure:
-        _demo_admin(settings)
+        _demo_admin(settings, wh)
     scheduler = start_live(run, settings.simulator.interval_s)
     try:
         return _serve(wh, settings, insecure=args.insecure)
@@ -81,7 +82,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         wh.close()
 
 
-def _demo_admin(settings: Settings) -> None:
+def _demo_admin(settings: Settings, wh: Warehouse) -> None:
     """The demo's first run makes an admin, so the dashboard can be opened at once."""
     from gpuledger.users import UserStore, new_password
 
@@ -90,6 +91,7 @@ def _demo_admin(settings: Settings) -> None:
         return
     password = new_password()
     store.add("admin", "admin", password, by="gpuledger demo")
+    wh.audit("gpuledger demo", "user.add", "admin", "role admin")
     print(f"dashboard login: admin / {password}  (shown this once; `gpuledger user` manages users)")
 
 
@@ -158,7 +160,14 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         idle_policy=settings.ledger.idle_policy,
         viewer=None if users is None else _viewer,
     )
-    register(app.server, wh, coalescer, tokens, max_body_bytes=s.max_body_bytes)
+    register(
+        app.server,
+        wh,
+        coalescer,
+        tokens,
+        max_body_bytes=s.max_body_bytes,
+        max_concurrent_bodies=s.max_concurrent_bodies,
+    )
     if users is not None:
         protect(
             app.server,
@@ -248,14 +257,22 @@ def _start_forwarding(wh: Warehouse, settings: Settings) -> ForwardServer | None
     data_dir = embedded_path(wh.dsn)
     if data_dir is None:
         return None
-    server = ForwardServer.start(data_dir, functools.partial(_answer, wh=wh, settings=settings))
+    server = ForwardServer.start(
+        data_dir,
+        functools.partial(_answer, wh=wh, settings=settings),
+        functools.partial(_record, wh=wh, settings=settings),
+    )
     if server is not None:
         print(f"read commands typed meanwhile ({FORWARDED_TEXT}) are answered here", flush=True)
     return server
 
 
 def _answer(argv: list[str], out: TextIO, *, wh: Warehouse, settings: Settings) -> int:
-    """Run a command another process sent, writing what it prints to ``out``."""
+    """Run a command another process sent, writing what it prints to ``out`` (the audit
+    entries that wait in the pending file first, for an `audit` or a `sql` reading the log)."""
+    from gpuledger.app import write_pending
+
+    write_pending(wh, settings)
     args = parse(argv, strict=True)
     if not is_forwarded(args):
         raise InputError(
@@ -263,6 +280,16 @@ def _answer(argv: list[str], out: TextIO, *, wh: Warehouse, settings: Settings) 
             f"{FORWARDED_TEXT} are): stop `gpuledger serve` or `demo` to run it"
         )
     return READ_COMMANDS[args.command](settings, args, wh=wh, out=out)
+
+
+def _record(entry: AuditEntry, *, wh: Warehouse, settings: Settings) -> None:
+    """Write an audit entry another process sent (gpuledger.audit_trail), and any that wait
+    in the pending file."""
+    from gpuledger.app import write_pending
+    from gpuledger.audit_pending import write
+
+    write(wh, entry)
+    write_pending(wh, settings)
 
 
 def _words(args: argparse.Namespace) -> list[str]:

@@ -19,6 +19,9 @@ What the ingest route refuses, and how (every error answer of these routes is JS
   refused (400) before they are decompressed;
 - a compressed body (a Content-Encoding other than ``identity``): 415 — a batch's samples are
   zstd-compressed already;
+- a body while ``server.max_concurrent_bodies`` others (4 by default) are being read and decoded:
+  503 with ``Retry-After``, before it is read (counted as ``busy``), so that many large bodies
+  at once cannot take the server's memory; the agent sends it again later;
 - a body that is not a well-formed batch frame (:mod:`collector.frame`: the magic, the header
   length, a header that is not a JSON object of known kinds, a record that is not a list of its
   fields, samples that are not an Arrow file of SAMPLE_SCHEMA's columns): 400 with the reason;
@@ -34,6 +37,7 @@ with the kind, the index in the batch, the field, the value and the reason).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 import flask
@@ -44,7 +48,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from collector.frame import BatchFormatError, load_batch
 from collector.spool import id_fits
 from gpuledger.auditing import Refusals
-from gpuledger.tokens import TokenBook, out_of_scope
+from gpuledger.tokens import Token, TokenBook, out_of_scope
 from warehouse.client import Warehouse, WarehouseError
 from warehouse.ingest.screen import schema_problems
 
@@ -58,6 +62,8 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_S = 30
 #: The default of ``server.max_body_bytes``.
 MAX_BODY_BYTES = 64 << 20
+#: The default of ``server.max_concurrent_bodies``.
+MAX_CONCURRENT_BODIES = 4
 #: Problems named in a 202 reply (all are quarantined).
 _PROBLEMS_SHOWN = 100
 _TOO_LONG = "the body is longer than server.max_body_bytes: send fewer samples per batch"
@@ -70,11 +76,14 @@ def register(
     tokens: TokenBook | None,
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
+    max_concurrent_bodies: int = MAX_CONCURRENT_BODIES,
 ) -> ServerMetrics:
     """Add the ingest, health and metrics routes to ``server`` (Dash's Flask app). Ingest
     needs a token of ``tokens`` whose cluster (and node) every row belongs to; ``tokens``
-    None checks none (``serve --insecure``, and tests of the ingest mechanics)."""
+    None checks none (``serve --insecure``, and tests of the ingest mechanics). At most
+    ``max_concurrent_bodies`` bodies are read and decoded at once."""
     metrics = coalescer.metrics
+    bodies = threading.BoundedSemaphore(max_concurrent_bodies)
     denials = Refusals(wh, "ingest.denied")
     api = flask.Blueprint("gpuledger_api", __name__)
 
@@ -100,6 +109,19 @@ def register(
         refusal = _refuse_before_reading(max_body_bytes)
         if refusal is not None:
             return _refused(metrics, *refusal)
+        if not bodies.acquire(blocking=False):  # each body may take max_body_bytes, and more
+            metrics.batches.labels("busy").inc()
+            return _busy(
+                f"the server is reading {max_concurrent_bodies} other batches "
+                "(server.max_concurrent_bodies): send this one again later"
+            )
+        try:
+            return take(batch_id, token)
+        finally:
+            bodies.release()
+
+    def take(batch_id: str, token: Token | None) -> flask.typing.ResponseReturnValue:
+        """Read, decode, check and spool the body of an ingest request (in one of the slots)."""
         # A chunked body (no Content-Length) is read up to one byte past the limit: werkzeug
         # stops a read at the limit without saying whether more was coming.
         flask.request.max_content_length = max_body_bytes + 1

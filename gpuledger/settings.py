@@ -219,6 +219,9 @@ class ServerSettings:
     #: The longest batch the ingest route reads (413 beyond it, before reading when the
     #: Content-Length says so); its samples may take four times this once decompressed.
     max_body_bytes: int = 64 << 20
+    #: Ingest bodies read and decoded at once (each up to max_body_bytes, and more decoded);
+    #: one more is answered 503 with Retry-After, and its agent sends it again later.
+    max_concurrent_bodies: int = 4
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
@@ -260,6 +263,11 @@ class ServerSettings:
                 f"server.max_body_bytes {self.max_body_bytes} must be at least 1 MiB (1048576) "
                 f"and at most server.spool_max_bytes ({self.spool_max_bytes}): a batch larger "
                 "than the spool could never be kept"
+            )
+        if not 1 <= self.max_concurrent_bodies <= 256:
+            raise SettingsError(
+                f"server.max_concurrent_bodies {self.max_concurrent_bodies} must be 1 to 256 "
+                "(ingest bodies read at once; each may take server.max_body_bytes of memory)"
             )
         if self.dedup_window_s < 60:
             raise SettingsError(
@@ -509,6 +517,18 @@ class AdmissionSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class SqlSettings:
+    """`gpuledger sql`, the SQL console."""
+
+    #: The gpuledger user (role admin) that `sql --write` runs as, asked for its password;
+    #: `--user` overrides it (GPULEDGER_SQL__USER in the environment).
+    user: str = ""
+
+    def validate(self) -> None:
+        """Nothing to check: an unknown user is refused when `sql --write` asks for it."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     warehouse: WarehouseSettings = WarehouseSettings()
     ledger: LedgerSettings = LedgerSettings()
@@ -518,6 +538,7 @@ class Settings:
     kubernetes: KubernetesSettings = KubernetesSettings()
     reports: ReportSettings = ReportSettings()
     admission: AdmissionSettings = AdmissionSettings()
+    sql: SqlSettings = SqlSettings()
 
     def validate(self) -> None:
         for field in dataclasses.fields(self):
@@ -557,6 +578,12 @@ class Settings:
         """reports.out_dir, or ``reports`` in the data directory."""
         given = self.reports.out_dir
         return Path(given).expanduser() if given else self._data_dir / "reports"
+
+    @property
+    def audit_pending_file(self) -> Path:
+        """Audit entries waiting for a process that can write them (gpuledger.audit_pending),
+        in the data directory."""
+        return self._data_dir / "audit-pending.json"
 
     @property
     def session_key_file(self) -> Path:

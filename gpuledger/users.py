@@ -112,12 +112,44 @@ class UserBook:
 
     def verify(self, name: str, password: str) -> User | None:
         """The user when ``password`` is theirs, else None (in about the same time)."""
-        user = self.get(name)
-        try:
-            _HASHER.verify(user.argon2 if user else _DECOY, password)
-        except (VerificationError, InvalidHashError):
-            return None
-        return user
+        return _verified(self.get(name), password)
+
+
+def _verified(user: User | None, password: str) -> User | None:
+    """``user`` when ``password`` is theirs; None for a wrong one or no user, in about the
+    same time (no telling which names exist by timing)."""
+    try:
+        _HASHER.verify(user.argon2 if user else _DECOY, password)
+    except (VerificationError, InvalidHashError):
+        return None
+    return user
+
+
+class AdminRefused(UserError):
+    """Who asked for something only an admin may do is not one (or gave a wrong password)."""
+
+
+def admin(store: UserStore, name: str, password: str, what: str) -> User:
+    """The user ``name`` when ``password`` is theirs and their role is admin, else
+    :class:`AdminRefused` saying why, and what to do, for ``what`` (``sql --write``)."""
+    users = {u.name: u for u in store.users()}
+    if not users:
+        raise AdminRefused(
+            f"{what} needs a gpuledger user of role admin, and there are no users yet "
+            f"({store.path}): add one with `gpuledger user add NAME --role admin`"
+        )
+    user = _verified(users.get(name), password)
+    if user is None:
+        raise AdminRefused(
+            f"{what}: the user name {name!r} or its password is wrong; `gpuledger user list` "
+            "shows the users"
+        )
+    if user.role != "admin":
+        raise AdminRefused(
+            f"{what} needs role admin, and user {name} has role {user.role}: run it as an "
+            "admin, or add one with `gpuledger user add NAME --role admin`"
+        )
+    return user
 
 
 def new_password() -> str:

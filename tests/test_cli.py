@@ -90,7 +90,9 @@ def test_bad_sql_is_one_line(
     d = str(tmp_path / "d")
     assert run(gpuledger_cmd, cli_env, "db", "migrate", "--data-dir", d).returncode == 0
     proc = run(gpuledger_cmd, cli_env, "sql", "SELEC 1", "--data-dir", d)
-    assert "Syntax error" in one_line_error(proc)
+    assert proc.returncode == 2 and "is not SQL the engine reads: Syntax error" in (
+        one_line_error(proc)
+    )
 
 
 @pytest.mark.parametrize(
@@ -192,11 +194,12 @@ def test_unknown_setting_is_one_line(
             "the window is empty: --to 2026-11-28 is before --from 2026-12-03",
             "warehouse.ledger.result.LedgerError",
         ),
-        (  # a WarehouseError: ClickHouse refuses the SQL
-            ["sql", "SELEC 1"],
+        (  # a WarehouseError: ClickHouse cannot answer the SQL (bad SQL is the console's
+            # own refusal, an InputError: test_bad_sql_is_one_line)
+            ["sql", "SELECT * FROM nosuch"],
             {},
             1,
-            "Syntax error",
+            "Unknown table expression identifier 'nosuch'",
             "warehouse.client.WarehouseError",
         ),
         (  # a SourceError: with --once, an exporter that answered nothing fails the check
@@ -336,42 +339,74 @@ def test_durations_read_as_a_person_says_them(seconds: float | None, text: str) 
 def test_the_sql_console_is_read_only_unless_asked(
     tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
-    """The engine refuses writes, DDL and file/URL table functions on the console's own
-    read-only client; --write runs the statement and the audit log keeps it."""
+    """The engine refuses writes and DDL on the console's own read-only client; --write runs
+    the statement for an admin and the audit log keeps it (tests/test_sql_console.py has the
+    refusals)."""
     d = str(tmp_path / "d")
     assert run(gpuledger_cmd, cli_env, "db", "migrate", "--data-dir", d).returncode == 0
     for statement in (
         "DROP TABLE gpuledger.gpu_samples",
+        "INSERT INTO gpuledger.tenants (tenant) SELECT 'x/y'",
         "INSERT INTO gpuledger.tenants (tenant) VALUES ('x/y')",
-        "SELECT * FROM file('/etc/passwd', 'LineAsString')",
     ):
         line = one_line_error(run(gpuledger_cmd, cli_env, "sql", statement, "--data-dir", d))
-        assert "the SQL console is read-only" in line and "--write" in line, statement
-    wrote = run(
-        gpuledger_cmd,
-        cli_env,
-        "sql",
-        "INSERT INTO tenants (tenant) VALUES ('x/y')",
-        "--write",
-        "--data-dir",
-        d,
-    )
+        assert "the SQL console is read-only" in line and "--write --user" in line, statement
+    _admin(gpuledger_cmd, cli_env, d)
+    wrote = _write(gpuledger_cmd, cli_env, d, "INSERT INTO tenants (tenant) SELECT 'x/y'")
     assert wrote.returncode == 0, wrote.stderr
     got = run(
         gpuledger_cmd, cli_env, "audit", "--action", "sql", "--format", "json", "--data-dir", d
     )
     (entry,) = json.loads(got.stdout)
-    assert (entry["action"], entry["detail"], entry["outcome"]) == (
-        "sql.write",
-        "INSERT INTO tenants (tenant) VALUES ('x/y')",
-        "ok",
-    )
+    assert (entry["actor"], entry["action"], entry["outcome"]) == ("root", "sql.write", "ok")
+    assert entry["detail"].startswith("INSERT INTO tenants (tenant) SELECT 'x/y'\n-- OS user ")
     nobody = run(gpuledger_cmd, cli_env, "audit", "--who", "nobody", "--data-dir", d)
     assert nobody.returncode == 0 and "(0 rows)" in nobody.stdout
     later = run(gpuledger_cmd, cli_env, "audit", "--since", "2100-01-01", "--data-dir", d)
     assert "(0 rows)" in later.stdout
     count = run(gpuledger_cmd, cli_env, "sql", "SELECT count() FROM tenants", "--data-dir", d)
     assert count.stdout.split()[2] == "1"
+
+
+_PASSWORD = "a password of some length"
+_AS_ROOT = ("--user", "root", "--password-stdin")
+
+
+def _admin(cmd: list[str], env: dict[str, str], data_dir: str) -> None:
+    """An admin, ``root``, for `sql --write`."""
+    added = subprocess.run(
+        [
+            *cmd,
+            "user",
+            "add",
+            "root",
+            "--role",
+            "admin",
+            "--password-stdin",
+            "--data-dir",
+            data_dir,
+        ],
+        env=env,
+        input=_PASSWORD + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert added.returncode == 0, added.stderr
+
+
+def _write(
+    cmd: list[str], env: dict[str, str], data_dir: str, statement: str
+) -> subprocess.CompletedProcess[str]:
+    """`gpuledger sql STATEMENT --write` as the admin :func:`_admin` made."""
+    return subprocess.run(
+        [*cmd, "sql", statement, "--write", *_AS_ROOT, "--data-dir", data_dir],
+        env=env,
+        input=_PASSWORD + "\n",
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def test_a_dropped_database_is_said_not_silently_recreated(
@@ -382,9 +417,8 @@ def test_a_dropped_database_is_said_not_silently_recreated(
     assert run(gpuledger_cmd, cli_env, *ledger).returncode != 0  # no warehouse there yet
     assert run(gpuledger_cmd, cli_env, "db", "migrate", "--data-dir", d).returncode == 0
     assert run(gpuledger_cmd, cli_env, *ledger).returncode == 0
-    dropped = run(
-        gpuledger_cmd, cli_env, "sql", "DROP DATABASE gpuledger", "--write", "--data-dir", d
-    )
+    _admin(gpuledger_cmd, cli_env, d)
+    dropped = _write(gpuledger_cmd, cli_env, d, "DROP DATABASE gpuledger")
     assert dropped.returncode == 0, dropped.stderr
     line = one_line_error(run(gpuledger_cmd, cli_env, *ledger))
     assert "the database gpuledger is gone from" in line and "`gpuledger db migrate`" in line

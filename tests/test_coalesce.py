@@ -490,6 +490,7 @@ def test_accepted_ids_last_the_window_and_survive_restarts(tmp_path: Path) -> No
         ("DEDUP_WINDOW_S", "10", "server.dedup_window_s 10 must be at least 60"),
         ("MAX_BODY_BYTES", "1000", "server.max_body_bytes 1000 must be at least 1 MiB"),
         ("MAX_BODY_BYTES", str(2 << 30), "at most server.spool_max_bytes (1073741824)"),
+        ("MAX_CONCURRENT_BODIES", "0", "server.max_concurrent_bodies 0 must be 1 to 256"),
     ],
 )
 def test_server_settings_are_validated(key: str, value: str, message: str) -> None:

@@ -206,7 +206,7 @@ def test_read_commands_are_answered_by_the_running_demo(
         write = _run(gpuledger_cmd, cli_env, *create, *where)
         assert write.returncode == 2 and write.stdout == ""
         assert write.stderr.count("\n") == 1 and "the SQL console is read-only" in write.stderr
-        for argv in (["seal"], [*create, "--write"]):  # not sent: they would write
+        for argv in (["seal"], [*create, "--write", "--user", "admin"]):  # not sent: they write
             refused = _run(gpuledger_cmd, cli_env, *argv, *where)
             assert refused.returncode == 1 and refused.stderr.count("\n") == 1
             assert f"is in use by another process (PID {demo.pid})" in refused.stderr

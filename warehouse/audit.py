@@ -46,3 +46,11 @@ def audit_entries(
         limit=limit,
     )
     return [AuditEntry(**row) for row in frame.iter_rows(named=True)]
+
+
+def recorded(wh: Warehouse, entry: AuditEntry) -> bool:
+    """Whether the audit log holds ``entry`` already (the same time, to the millisecond, and
+    the same words)."""
+    params = dataclasses.asdict(entry)
+    count = wh.rows(queries.sql("audit_recorded"), {"db": wh.database, **params})[0][0]
+    return bool(count)

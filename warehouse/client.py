@@ -180,13 +180,14 @@ class Warehouse:
         self.embedded = urlsplit(dsn).scheme == "chdb"
         self._settings_known: dict[str, bool] = {}
 
-    def read_only(self) -> Warehouse:
+    def read_only(self, *, settings: bool = False) -> Warehouse:
         """The same warehouse through a second client that the engine keeps read-only
         (``readonly = 1``: no writes, no DDL, no setting changes, no table function that reaches
-        files or URLs). A client of its own, since the setting sticks to the client that sent
-        it, and this one's writers must keep writing."""
+        files or URLs; ``settings``: ``readonly = 2``, which lets a query change its own
+        settings). A client of its own, since the setting sticks to the client that sent it,
+        and this one's writers must keep writing."""
         kwargs = dict(self._connect_kwargs)
-        kwargs["settings"] = {**kwargs.get("settings", {}), "readonly": 1}
+        kwargs["settings"] = {**kwargs.get("settings", {}), "readonly": 2 if settings else 1}
         try:
             client = clickhouse_connect.get_client(**kwargs)
         except Exception as exc:  # the driver raises many kinds; each becomes one sentence

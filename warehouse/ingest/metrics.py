@@ -26,7 +26,8 @@ class ServerMetrics:
         self.batches = Counter(
             "gpuledger_ingest_batches",
             "Agent batches by outcome: accepted (spooled), duplicate, refused (bad request), "
-            "full (spool full, 503), failed (spool not writable, 503), written",
+            "full (spool full, 503), failed (spool not writable, 503), busy (as many bodies "
+            "as server.max_concurrent_bodies being read, 503), written",
             ["outcome"],
             registry=self.registry,
         )

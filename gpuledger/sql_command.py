@@ -1,0 +1,125 @@
+"""`gpuledger sql`: the SQL console.
+
+Every statement is read by the engine's parser first (:mod:`warehouse.console`): one at a time,
+and none that reaches outside the warehouse. Without ``--write`` it runs on a client the engine
+keeps read-only. ``--write`` runs it on the writing client, for a gpuledger user of role admin
+whose password is asked for (``--user``, or ``sql.user``); what it ran, and every refusal, is in
+the audit log under that name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+from gpuledger.audit_trail import os_user
+from gpuledger.output import format_rows
+from gpuledger.settings import Settings
+from gpuledger_errors import GpuledgerError, InputError
+
+if TYPE_CHECKING:
+    from warehouse.client import Warehouse
+
+#: The engine's error code for a statement refused under ``readonly``.
+_READONLY = 164
+_IS_READ_ONLY = (
+    "the SQL console is read-only and this statement would change data or schema; run it "
+    "with --write --user ADMIN if you mean it (audited)"
+)
+
+
+def cmd_sql(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    wh: Warehouse | None = None,
+    out: TextIO | None = None,
+) -> int:
+    from gpuledger.app import reading_warehouse
+    from warehouse.client import WarehouseError
+
+    name = settings.sql.user
+    if args.write and not name:
+        raise InputError(
+            "sql --write runs as a gpuledger user of role admin: give --user NAME (or set "
+            "sql.user, GPULEDGER_SQL__USER); `gpuledger user list` shows the users"
+        )
+    wh = reading_warehouse(settings, wh)
+    out = sys.stdout if out is None else out
+    if args.write:
+        _admit(settings, args, wh, name)
+    statement = _checked(wh, args, name)
+    console = wh if args.write else wh.read_only()
+    console.name_tables_unqualified()
+    try:
+        columns, rows = console.table(statement)
+    except WarehouseError as exc:
+        if args.write:
+            _audit(wh, name, "sql.write", f"{args.query}\n-- {exc}", "failed")
+        if exc.name == "READONLY" or exc.code == _READONLY:
+            raise InputError(_IS_READ_ONLY) from exc
+        raise
+    finally:
+        if console is not wh:  # a client of its own: a serving process answers many
+            console.close()
+    if args.write:
+        _audit(wh, name, "sql.write", args.query, "ok")
+    out.write(format_rows(columns, rows, args.format))
+    return 0
+
+
+def _admit(settings: Settings, args: argparse.Namespace, wh: Warehouse, name: str) -> None:
+    """Let ``name`` write when the password read is theirs and they are an admin; a refusal is
+    audited (``sql.write.denied``)."""
+    from gpuledger.users import AdminRefused, UserStore, admin
+
+    password = _password(args, name)
+    try:
+        admin(UserStore(settings.users_file), name, password, "sql --write")
+    except AdminRefused as exc:
+        _audit(wh, name, "sql.write.denied", f"{args.query}\n-- {exc}", "denied")
+        raise
+
+
+def _password(args: argparse.Namespace, name: str) -> str:
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    if sys.stdin.isatty():
+        return getpass.getpass(f"password of gpuledger user {name}: ")
+    raise InputError(
+        f"sql --write asks for the password of {name} on a terminal, and stdin is not one: "
+        "give it on stdin's first line with --password-stdin"
+    )
+
+
+def _checked(wh: Warehouse, args: argparse.Namespace, name: str) -> str:
+    """The statement's canonical text, once the engine's parser has read it as one statement
+    that stays inside the warehouse; a refusal under --write is audited."""
+    from warehouse.console import INLINE_DATA, ConsoleRefusal, check
+
+    checker = wh.read_only(settings=True)
+    try:
+        statement = check(checker, args.query)
+        if statement.inline_data and not args.write:
+            raise InputError(_IS_READ_ONLY)
+        if statement.inline_data:
+            raise ConsoleRefusal(INLINE_DATA)
+    except ConsoleRefusal as exc:
+        if args.write:
+            _audit(wh, name, "sql.write.denied", f"{args.query}\n-- {exc}", "denied")
+        raise
+    finally:
+        checker.close()
+    return statement.text
+
+
+def _audit(wh: Warehouse, name: str, action: str, detail: str, outcome: str) -> None:
+    """The console's writes and refusals are on record, under the gpuledger user's name (and
+    the OS user's); a statement that dropped the audit log itself leaves a warning instead (and
+    the next command reports the drop)."""
+    try:
+        wh.audit(name, action, wh.database, f"{detail}\n-- OS user {os_user()}", outcome=outcome)
+    except GpuledgerError as exc:
+        print(f"gpuledger: warning: the audit log could not record this: {exc}", file=sys.stderr)

@@ -1,11 +1,21 @@
 """The ledger: GPU-hours, idle time and cost attributed to tenants, to the cent.
 
 The door every consumer uses: :func:`compute_ledger` returns a frozen :class:`Ledger`;
-:func:`why_cost` explains a month's change; :func:`seal_days` keeps finished days.
+:func:`why_cost` explains a month's change; :func:`seal_days` keeps finished days;
+:func:`idle_report` and :func:`idle_now` tell the idle allocated GPUs and their cost.
 """
 
 from warehouse.ledger.compute import compute_ledger
 from warehouse.ledger.cost_change import CostChange, month_window, why_cost
+from warehouse.ledger.idle import (
+    WORST,
+    IdleDay,
+    IdleJob,
+    IdleNow,
+    IdleReport,
+    idle_now,
+    idle_report,
+)
 from warehouse.ledger.pricing import PriceBook, PriceEntry, load_price_book
 from warehouse.ledger.result import (
     GROUPINGS,
@@ -31,11 +41,16 @@ __all__ = [
     "GROUPINGS",
     "SOURCES",
     "UNALLOCATED",
+    "WORST",
     "CensoredHolds",
     "CostChange",
     "EnergyReport",
     "EnergyRow",
+    "IdleDay",
+    "IdleJob",
+    "IdleNow",
     "IdlePolicy",
+    "IdleReport",
     "IdleRule",
     "Ledger",
     "LedgerError",
@@ -50,6 +65,8 @@ __all__ = [
     "compute_ledger",
     "first_data",
     "grouping_keys",
+    "idle_now",
+    "idle_report",
     "load_price_book",
     "month_window",
     "seal_days",

@@ -148,8 +148,8 @@ def _duration(seconds: float) -> str:
 def _list(wh: Warehouse, args: argparse.Namespace, out: TextIO) -> int:
     from warehouse.alerts import alert_history
 
-    if args.limit < 1:
-        raise InputError(f"--limit {args.limit} must be at least 1")
+    if not 1 <= args.limit <= 1_000_000:
+        raise InputError(f"--limit {args.limit} must be within 1-1000000")
     if args.rule and args.rule not in ("idle", "waiting", "unhealthy", "borrowed"):
         raise InputError(
             f"--rule {args.rule!r} is not a rule: use idle, waiting, unhealthy or borrowed"

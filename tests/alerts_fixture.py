@@ -40,9 +40,11 @@ def at(hours: float = 0.0, minutes: float = 0.0) -> dt.datetime:
 class Cluster:
     """A cluster ``c1`` being written into ``wh``: GPUs, samples, jobs, health, config."""
 
-    def __init__(self, wh: Warehouse, cluster: str = "c1") -> None:
+    def __init__(
+        self, wh: Warehouse, cluster: str = "c1", now: dt.datetime = T + dt.timedelta(days=1)
+    ) -> None:
         self.wh, self.cluster = wh, cluster
-        self.ing = Ingestor(wh, 35, now=lambda: T + dt.timedelta(days=1))
+        self.ing = Ingestor(wh, 35, now=lambda: now)
         self._index = 0
         self.models: dict[str, str] = {}
         self.nodes: dict[str, str] = {}

@@ -87,7 +87,7 @@ def _waiting(
     waits = [f"{j['job_id']} of {j['tenant']} {lasted(j['queued_ts'], look.at)}" for j in held_back]
     subject = f"{name} GPUs in cluster {cluster}"
     summary = (
-        f"{count:g} {name} GPUs unallocated ({listed([_on(u) for u in rows])}) while "
+        f"{count:g} {name} GPU(s) unallocated ({listed([_on(u) for u in rows])}) while "
         f"{len(held_back)} job(s) wait for {name} ({listed(waits)}); both for "
         f"{lasted(since, look.at)} (since {when(since)}; alert from "
         f"{duration_text(look.rules.waiting_for_s)}); why they wait: "

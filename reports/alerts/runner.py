@@ -12,12 +12,13 @@ import datetime as dt
 import threading
 from collections.abc import Sequence
 
+from gpuledger_errors import InputError
 from reports.alerts.book import AlertBook, Notice
 from reports.alerts.evaluate import Evaluation, evaluate
 from reports.alerts.notify import Notifier
 from reports.alerts.outbox import DEFAULT_RETRY, Delivery, Outbox, RetryPolicy
 from reports.alerts.rules import AlertRules
-from warehouse.alerts import open_alert_rows, record_alerts
+from warehouse.alerts import alert_history, open_alert_rows, record_alerts
 from warehouse.client import Warehouse
 from warehouse.ledger import load_price_book
 
@@ -50,6 +51,7 @@ class Alerting:
         self.notifiers = list(notifiers)
         self.outbox = Outbox(wh, notifiers, policy)
         self.book = AlertBook(rules.cooldown_s)
+        self.last_at: dt.datetime | None = None  # the latest notice or evaluation
         self._checks = threading.Lock()  # one evaluation at a time
 
     @classmethod
@@ -65,6 +67,8 @@ class Alerting:
         """An alerting that carries on from the history and the outbox in ``wh``."""
         alerting = cls(wh, rules, notifiers, policy=policy, currency=currency)
         alerting.book = AlertBook.rebuild(open_alert_rows(wh), rules.cooldown_s)
+        latest = alert_history(wh, limit=1)
+        alerting.last_at = latest[0].ts if latest else None
         alerting.outbox.load()
         return alerting
 
@@ -73,13 +77,19 @@ class Alerting:
         every notifier (delivery is :meth:`deliver`'s). When recording fails, the open alerts
         stay as they were, so the next evaluation decides the same notices again."""
         with self._checks:
+            if self.last_at is not None and at < self.last_at:
+                raise InputError(
+                    f"alerts are decided in time order: {at:%Y-%m-%d %H:%M:%S} UTC is before the "
+                    f"latest notice or evaluation ({self.last_at:%Y-%m-%d %H:%M:%S} UTC); give "
+                    "a later time"
+                )
             ev: Evaluation = evaluate(
                 self.wh, self.rules, at, prices=load_price_book(self.wh, self.currency)
             )
             book, notices = self.book.update(ev)
             names = [n.name for n in self.notifiers]
             record_alerts(self.wh, [n.row(names) for n in notices])
-            self.book = book
+            self.book, self.last_at = book, ev.at
             self.outbox.put(notices, ev.at)
             return CheckResult(ev.at, tuple(notices), len(book.open), len(ev.findings), ev.failed)
 

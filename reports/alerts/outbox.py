@@ -145,30 +145,39 @@ class Outbox:
                 done += self._deliver_to(name, now)
             return done
 
-    def _due(self, name: str, now: dt.datetime) -> list[Pending]:
+    def _mine(self, name: str) -> list[Pending]:
         with self._lock:
-            if self._blocked.get(name, now) > now:
-                return []
             mine = [p for p in self._pending.values() if p.notifier == name]
-        return sorted(
-            (p for p in mine if p.next_try is None or p.next_try <= now),
-            key=lambda p: (p.created, p.message_id),
-        )
+        return sorted(mine, key=lambda p: (p.created, p.message_id))
+
+    def _expire(self, name: str, now: dt.datetime, rows: list[OutboxRow]) -> list[Delivery]:
+        """Give up the notices of ``name`` queued ``give_up_s`` ago or more (all of them when
+        the notifier is no longer configured), whether or not their next try is due."""
+        done = []
+        gone = name not in self.notifiers
+        for p in self._mine(name):
+            if not gone and (now - p.created).total_seconds() < self.policy.give_up_s:
+                continue
+            why = "no such notifier any more" if gone else "retried too long"
+            log.error("alert notice %s to %s given up (%s)", p.message_id, name, why)
+            p.version += 1
+            rows.append(p.row("expired", now))
+            event = str(p.payload.get("event", ""))
+            done.append(Delivery(name, p.message_id, p.alert_id, event, "expired", p.attempts, why))
+            self._drop(p)
+        return done
 
     def _deliver_to(self, name: str, now: dt.datetime) -> list[Delivery]:
-        notifier, done, rows = self.notifiers.get(name), [], []
-        for p in self._due(name, now):
+        rows: list[OutboxRow] = []
+        done = self._expire(name, now, rows)
+        notifier = self.notifiers.get(name)
+        with self._lock:
+            blocked = self._blocked.get(name, now) > now
+        if blocked or notifier is None:
+            self._persist(rows)
+            return done
+        for p in (p for p in self._mine(name) if p.next_try is None or p.next_try <= now):
             event = str(p.payload.get("event", ""))
-            if (now - p.created).total_seconds() >= self.policy.give_up_s or notifier is None:
-                why = "no such notifier any more" if notifier is None else "retried too long"
-                log.error("alert notice %s to %s given up (%s)", p.message_id, name, why)
-                p.version += 1
-                rows.append(p.row("expired", now))
-                done.append(
-                    Delivery(name, p.message_id, p.alert_id, event, "expired", p.attempts, why)
-                )
-                self._drop(p)
-                continue
             p.attempts += 1
             try:
                 notifier.send(p.payload)

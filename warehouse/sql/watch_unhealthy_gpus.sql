@@ -34,30 +34,39 @@ WITH
         WHERE l.ts > r.changed_ts
         GROUP BY gpu_uuid
     ),
+    -- the GPUs whose latest counters (no older than fresh_s) are bad: a few, read first, so
+    -- that only their rows are traced back over the lookback
+    counters AS (
+        SELECT gpu_uuid, max(ts) AS counters_ts,
+               argMax(tuple(gpu_lost OR coalesce(ecc_dbe_volatile, 0) > 0
+                                OR coalesce(remapped_rows_pending, false)
+                                OR coalesce(remapped_rows_failure, false),
+                            gpu_lost, ecc_dbe_volatile, remapped_rows_pending,
+                            remapped_rows_failure), ts) AS latest
+        FROM {db:Identifier}.gpu_health
+        WHERE cluster = {cluster:String} AND ts <= {at:DateTime64(3, 'UTC')}
+          AND ts > {at:DateTime64(3, 'UTC')} - toIntervalSecond({fresh_s:UInt32})
+        GROUP BY gpu_uuid
+        HAVING latest.1
+    ),
     counter_rows AS (
-        SELECT gpu_uuid, ts, gpu_lost, ecc_dbe_volatile, remapped_rows_pending,
-               remapped_rows_failure,
+        SELECT gpu_uuid, ts,
                gpu_lost OR coalesce(ecc_dbe_volatile, 0) > 0
                    OR coalesce(remapped_rows_pending, false)
                    OR coalesce(remapped_rows_failure, false) AS bad
         FROM {db:Identifier}.gpu_health
-        WHERE cluster = {cluster:String} AND ts <= {at:DateTime64(3, 'UTC')}
+        WHERE cluster = {cluster:String} AND gpu_uuid IN (SELECT gpu_uuid FROM counters)
+          AND ts <= {at:DateTime64(3, 'UTC')}
           AND ts > {at:DateTime64(3, 'UTC')} - toIntervalSecond({lookback_s:UInt32})
     ),
-    counters AS (
-        SELECT gpu_uuid, max(ts) AS counters_ts, maxIf(ts, NOT bad) AS good_ts,
-               argMax(tuple(bad, gpu_lost, ecc_dbe_volatile, remapped_rows_pending,
-                            remapped_rows_failure), ts) AS latest
-        FROM counter_rows
-        GROUP BY gpu_uuid
-        HAVING latest.1
-           AND counters_ts > {at:DateTime64(3, 'UTC')} - toIntervalSecond({fresh_s:UInt32})
+    good AS (
+        SELECT gpu_uuid, maxIf(ts, NOT bad) AS good_ts FROM counter_rows GROUP BY gpu_uuid
     ),
     counters_run AS (
         SELECT r.gpu_uuid AS gpu_uuid, min(r.ts) AS counters_since
         FROM counter_rows AS r
-        INNER JOIN counters AS c ON c.gpu_uuid = r.gpu_uuid
-        WHERE r.ts > c.good_ts
+        INNER JOIN good AS g ON g.gpu_uuid = r.gpu_uuid
+        WHERE r.ts > g.good_ts
         GROUP BY gpu_uuid
     ),
     xids AS (

@@ -85,7 +85,9 @@ def borrowed_findings(look: Look) -> list[Finding]:
             cluster,
             look.at,
             threshold_ratio=look.rules.idle.threshold_ratio,
-            util_window_s=look.rules.idle.for_s,
+            # the positions' own idle figures are not used (idle is idle_now's, below): the
+            # shortest utilisation window keeps the query light
+            util_window_s=60,
         )
         for tp in positions:
             finding = _borrowed(look, tp)

@@ -77,11 +77,13 @@ class Alerting:
         every notifier (delivery is :meth:`deliver`'s). When recording fails, the open alerts
         stay as they were, so the next evaluation decides the same notices again."""
         with self._checks:
-            if self.last_at is not None and at < self.last_at:
+            # one notice per alert and instant keeps the history's order (and its latest row)
+            # unambiguous
+            if self.last_at is not None and at <= self.last_at:
                 raise InputError(
-                    f"alerts are decided in time order: {at:%Y-%m-%d %H:%M:%S} UTC is before the "
-                    f"latest notice or evaluation ({self.last_at:%Y-%m-%d %H:%M:%S} UTC); give "
-                    "a later time"
+                    f"alerts are decided in time order: {at:%Y-%m-%d %H:%M:%S.%f} UTC is not "
+                    f"after the latest notice or evaluation ({self.last_at:%Y-%m-%d %H:%M:%S.%f} "
+                    "UTC); give a later time"
                 )
             ev: Evaluation = evaluate(
                 self.wh, self.rules, at, prices=load_price_book(self.wh, self.currency)

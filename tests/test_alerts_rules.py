@@ -94,6 +94,7 @@ def test_waiting_needs_both_the_wait_and_the_free_gpu_to_last(queue: Cluster) ->
 #   GPU-w  Xid 13 (an application's fault) at T+0:45: not a health sign by default
 #   GPU-v  a row remap pending until T+0:10, done after: healthy now
 #   GPU-u  lost, but its last counters are from T+0:30: nothing known now
+# At T+1:00: x (since T+0:30), y (T+0:40) and z (T+0:50), each costing its H100 time since.
 @pytest.fixture
 def sick(wh: Warehouse) -> Cluster:
     c = Cluster(wh)
@@ -122,6 +123,9 @@ def test_unhealthy_names_each_sign_and_since_when(sick: Cluster) -> None:
     assert "inventory says unhealthy (Xid 79: GPU has fallen off the bus)" in x.summary
     assert "held by job(s) jx of ml/a" in x.summary
     assert x.link == "/gpu/GPU-x?cluster=c1"
+    # what each has cost since it went bad: 30, 20 and 10 min of an H100 at 2.00
+    assert (x.cost, y.cost, z.cost) == (Decimal("1.00"), Decimal("0.67"), Decimal("0.33"))
+    assert "its cost since USD 1.00" in x.summary
     assert y.since == at(0, 40) and y.value == 2.0
     assert "2 double-bit ECC errors since the driver loaded" in y.summary
     assert "no job holds it" in y.summary

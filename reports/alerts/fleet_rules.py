@@ -173,10 +173,17 @@ def _unhealthy(look: Look, cluster: str, r: dict[str, Any]) -> Finding:
     node, model = r["node"] or "?", r["gpu_model"] or "?"
     jobs, tenants = list(r["job_ids"]), list(r["tenants"])
     held = f"held by job(s) {listed(jobs)} of {listed(tenants)}" if jobs else "no job holds it"
+    # what the GPU has cost since it went bad: capacity paid for, whether or not anyone can use it
+    (cost,) = (
+        priced_spans(look.prices, [(r["gpu_model"] or "", r["pool"] or "", since, look.at, 1.0)])
+        if since is not None
+        else [None]
+    )
     subject = f"GPU {r['gpu_uuid']} on node {node}"
     summary = (
         f"{subject} ({model}) is unhealthy since {when(since)}: "
-        f"{'; '.join(text for text, _ in causes)}; {held}"
+        f"{'; '.join(text for text, _ in causes)}; {held}; its cost since "
+        f"{money(cost, look.currency)}"
     )
     value = r["xid"] if r["xid"] is not None else r["ecc_dbe_volatile"]
     return Finding(
@@ -191,6 +198,8 @@ def _unhealthy(look: Look, cluster: str, r: dict[str, Any]) -> Finding:
         gpus=(r["gpu_uuid"],),
         jobs=tuple(jobs),
         tenant=tenants[0] if len(tenants) == 1 else "",
+        cost=cost,
+        currency=look.currency,
         value=None if value is None else float(value),
         link=look.rules.link(f"/gpu/{quote(r['gpu_uuid'], safe='')}", cluster=cluster),
         facts={

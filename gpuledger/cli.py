@@ -14,6 +14,8 @@
     gpuledger quarantine replay [--kind K] [--reason TEXT] [--since ISO] [--dry-run]
     gpuledger quarantine rejected [--format table|csv|json]
     gpuledger db migrate | gpuledger db status
+    gpuledger report --month YYYY-MM [--tenant T] [--formats ...] [--out DIR]
+    gpuledger alerts check [--format table|json] [--at ISO] | alerts list [--state open]
 
 Every command takes ``--config FILE``, ``--data-dir DIR``, ``--dsn DSN``, ``-v`` and
 ``--debug``, before or after its name. A :class:`gpuledger_errors.GpuledgerError` (a bad
@@ -24,7 +26,7 @@ Any other exception is a bug and prints its traceback.
 
 While ``gpuledger serve`` or ``gpuledger demo`` owns the embedded data directory, the read
 commands (ledger, why, queues, fragmentation, sql without --write, audit, quarantine list, db
-status) are sent to it and answered there, with the same output and exit status
+status, alerts list) are sent to it and answered there, with the same output and exit status
 (:mod:`gpuledger.forward`).
 """
 
@@ -38,6 +40,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from gpuledger.alert_commands import cmd_alerts
 from gpuledger.collect_commands import cmd_agent, cmd_collect
 from gpuledger.commands import (
     cmd_audit,
@@ -98,6 +101,7 @@ COMMANDS = {
     "token": cmd_token,
     "user": cmd_user,
     "report": cmd_report,
+    "alerts": cmd_alerts,
 }
 
 

@@ -57,13 +57,15 @@ FORWARDED: dict[str, tuple[str, ...] | None] = {
     "audit": None,
     "quarantine": ("list",),
     "db": ("status",),
+    "alerts": ("list",),
 }
 #: The audit entries the owner writes for other processes: the changes to the files beside
 #: the warehouse, which work while it runs.
 AUDITED = frozenset({"token.create", "token.revoke", "user.add", "user.remove"})
 #: The same, as the messages name them.
 FORWARDED_TEXT = (
-    "ledger, why, queues, fragmentation, sql (without --write), audit, quarantine list, db status"
+    "ledger, why, queues, fragmentation, sql (without --write), audit, quarantine list, db "
+    "status, alerts list"
 )
 #: Said after "data directory ... is in use by another process" to a command not forwarded.
 IN_USE_NOTE = (

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gpuledger.alert_commands import cmd_alerts
 from gpuledger.collect_commands import start_embedded_collectors
 from gpuledger.commands import (
     cmd_audit,
@@ -48,6 +49,7 @@ READ_COMMANDS = {
     "audit": cmd_audit,
     "quarantine": cmd_quarantine,
     "db": cmd_db,
+    "alerts": cmd_alerts,
 }
 
 
@@ -356,15 +358,18 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _periodic_jobs(wh: Any, settings: Settings) -> Any:
-    """The serve process's scheduled jobs (the monthly chargeback), on one APScheduler with
-    threads (never processes: the engine must not be forked); None when there are none."""
-    if not settings.reports.schedule:
+    """The serve process's scheduled jobs (the monthly chargeback; the alert rules and the
+    delivery of their notices), on one APScheduler with threads (never processes: the engine
+    must not be forked); None when there are none."""
+    if not settings.reports.schedule and not settings.alerts.interval_s:
         return None
     from apscheduler.schedulers.background import BackgroundScheduler
 
+    from gpuledger.alert_commands import schedule_alerts
     from gpuledger.report_commands import schedule_reports
 
     scheduler = BackgroundScheduler(timezone="UTC")
     schedule_reports(scheduler, wh, settings)
+    schedule_alerts(scheduler, wh, settings)
     scheduler.start()
     return scheduler

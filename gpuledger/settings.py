@@ -529,6 +529,81 @@ class SqlSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class AlertSettings:
+    """Idle-GPU alerts (`gpuledger alerts`, and the job `serve` runs). Lists are strings; their
+    syntax is in :mod:`reports.alerts.rules`."""
+
+    #: how often `serve` evaluates the rules, seconds; 0 turns alerting in `serve` off
+    interval_s: int = 60
+    #: an alert that stays open is told again at most this often, seconds (0: told once)
+    cooldown_s: int = 14_400
+    #: the rules evaluated: some of idle,waiting,unhealthy,borrowed
+    rules: str = "idle,waiting,unhealthy,borrowed"
+    #: the dashboard's address, for the links in notices; empty: links are paths
+    dashboard_url: str = ""
+    #: idle: a GPU held by a job and under this utilisation (percent) for idle_for_s or more
+    idle_util_percent: float = 5.0
+    idle_for_s: int = 3600
+    #: per tenant (org, or org/project: the most specific wins): "ml/vision=2%/2h, research=10%"
+    idle_overrides: str = ""
+    #: tenants never alerted about idle GPUs: "ops, ml/notebooks"
+    idle_exempt: str = ""
+    #: waiting: whole GPUs of a model free this long, seconds, while a job for it waited as long
+    waiting_for_s: int = 900
+    #: unhealthy: the Xids that count ("*": every one), seen within unhealthy_xid_window_s
+    unhealthy_xids: str = "48,63,64,74,79,92,94,95,119,120"
+    unhealthy_xid_window_s: int = 3600
+    #: borrowed: a tenant above its guarantee with at least this many borrowed GPUs idle
+    borrowed_min_gpus: float = 1.0
+    #: notifiers: the log when on; each other one when its address is set
+    log: bool = True
+    webhook_url: str = ""
+    slack_webhook_url: str = ""
+    slack_blocks: bool = True
+    smtp_host: str = ""
+    smtp_port: int = 587
+    smtp_starttls: bool = True
+    smtp_user: str = ""
+    #: prefer GPULEDGER_ALERTS__SMTP_PASSWORD to writing it in a settings file
+    smtp_password: str = ""
+    smtp_from: str = ""
+    #: recipients, separated by commas
+    smtp_to: str = ""
+    #: how long one try of one notifier may take, seconds
+    timeout_s: float = 10.0
+    #: a failed notifier is tried again after retry_initial_s, doubling up to retry_max_s; a
+    #: notice still undelivered after retry_for_s is given up (logged)
+    retry_initial_s: float = 30.0
+    retry_max_s: float = 900.0
+    retry_for_s: float = 86_400.0
+
+    def validate(self) -> None:
+        from reports.alerts.notify import build_notifiers
+        from reports.alerts.rules import build_rules
+
+        if self.interval_s < 0:
+            raise SettingsError(
+                f"alerts.interval_s {self.interval_s} must not be negative (0 turns alerting "
+                "in `serve` off)"
+            )
+        for key in ("retry_initial_s", "retry_max_s", "retry_for_s"):
+            value = getattr(self, key)
+            if not math.isfinite(value) or value <= 0:
+                raise SettingsError(f"alerts.{key} {value} must be a positive number of seconds")
+        if self.retry_max_s < self.retry_initial_s:
+            raise SettingsError(
+                f"alerts.retry_max_s {self.retry_max_s:g} is less than alerts.retry_initial_s "
+                f"{self.retry_initial_s:g}: the back-off grows from the one to the other"
+            )
+        values = dataclasses.asdict(self)
+        try:
+            build_rules(values)
+            build_notifiers(values)
+        except InputError as exc:
+            raise SettingsError(str(exc)) from None
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     warehouse: WarehouseSettings = WarehouseSettings()
     ledger: LedgerSettings = LedgerSettings()
@@ -539,6 +614,7 @@ class Settings:
     reports: ReportSettings = ReportSettings()
     admission: AdmissionSettings = AdmissionSettings()
     sql: SqlSettings = SqlSettings()
+    alerts: AlertSettings = AlertSettings()
 
     def validate(self) -> None:
         for field in dataclasses.fields(self):

@@ -103,6 +103,8 @@ def test_bad_sql_is_one_line(
         ["why", "cost", "--month", "2026-11"],
         ["quarantine", "list"],
         ["fragmentation"],
+        ["alerts", "list"],
+        ["alerts", "check"],
     ],
 )
 def test_a_read_command_never_creates_a_warehouse(

@@ -18,6 +18,7 @@ from warehouse.ledger.idle import (
     IdleReport,
     idle_now,
     idle_report,
+    priced_spans,
 )
 from warehouse.ledger.pricing import PriceBook, PriceEntry, load_price_book
 from warehouse.ledger.result import (
@@ -78,6 +79,7 @@ __all__ = [
     "job_costs",
     "load_price_book",
     "month_window",
+    "priced_spans",
     "seal_days",
     "start_sealer",
     "why_cost",

@@ -173,6 +173,37 @@ def _priced(frame: pl.DataFrame, prices: PriceBook, weight: str) -> list[Decimal
     return cost
 
 
+def priced_spans(
+    prices: PriceBook, spans: list[tuple[str, str, dt.datetime, dt.datetime, float]]
+) -> list[Decimal | None]:
+    """The cost of each span (gpu_model, pool, start, end, GPUs) at the prices in force over
+    it, to the cent, as the ledger prices held time (None: no price for its model and pool):
+    what an alert says unallocated or idle GPUs have cost so far."""
+    if not spans:
+        return []
+    models, pools, starts, ends, gpus = zip(*spans, strict=True)
+    frame = pl.DataFrame(
+        {
+            "gpu_model": models,
+            "pool": pools,
+            "s": starts,
+            "e": ends,
+            "gpu_ms": [
+                max(0.0, (e - s).total_seconds()) * 1000 * n
+                for s, e, n in zip(starts, ends, gpus, strict=True)
+            ],
+        },
+        schema={
+            "gpu_model": pl.String,
+            "pool": pl.String,
+            "s": pl.Datetime("ms", "UTC"),
+            "e": pl.Datetime("ms", "UTC"),
+            "gpu_ms": pl.Float64,
+        },
+    )
+    return [None if c is None else c.quantize(CENT) for c in _priced(frame, prices, "gpu_ms")]
+
+
 def idle_now(
     wh: Warehouse,
     at: dt.datetime,

@@ -540,8 +540,10 @@ class SchedulerSettings:
     kueue_flavors: str = ""
     kueue_api_version: str = "v1beta2"
     gpu_resource: str = "nvidia.com/gpu"
-    #: the command `advise apply` runs for Slurm advice
-    sacctmgr: str = "sacctmgr"
+    #: Volcano queue weights and Slurm Fairshare are whole numbers: the weight times this
+    integer_weight_scale: int = 2
+    #: where `advise apply` finds sacctmgr, scontrol and scancel ("": on the PATH)
+    slurm_bin_dir: str = ""
 
     def validate(self) -> None:
         self.policy()
@@ -569,6 +571,7 @@ class SchedulerSettings:
                     self.slurm_accounts,
                     self.gpu_resource,
                     self.kueue_api_version,
+                    self.integer_weight_scale,
                 ),
             )
         except p.PolicyError as exc:

@@ -200,6 +200,11 @@ class Names:
     slurm_accounts: Mapping[str, str] = dataclasses.field(default_factory=dict)
     gpu_resource: str = "nvidia.com/gpu"
     kueue_version: str = "v1beta2"
+    integer_weight_scale: int = 2
+
+    def shares(self, weight: float) -> int:
+        """A weight as the whole number Volcano and Slurm take (at least 1)."""
+        return max(1, round(weight * self.integer_weight_scale))
 
     def cluster_queue(self, tenant: str) -> str:
         """The tenant's ClusterQueue: as set, else "org/project" as a DNS label (org-project)."""
@@ -227,6 +232,7 @@ class Names:
         slurm_accounts: str = "",
         gpu_resource: str = "nvidia.com/gpu",
         kueue_version: str = "v1beta2",
+        integer_weight_scale: int = 2,
     ) -> Names:
         if kueue_version not in KUEUE_VERSIONS:
             raise PolicyError(
@@ -235,6 +241,10 @@ class Names:
             )
         if not gpu_resource.strip():
             raise PolicyError("scheduler.gpu_resource is empty: e.g. nvidia.com/gpu")
+        if not 1 <= integer_weight_scale <= 1000:
+            raise PolicyError(
+                f"scheduler.integer_weight_scale {integer_weight_scale} must be 1 to 1000"
+            )
         return cls(
             dict(pairs(kueue_queues, "kueue_queues", "ml/nlp=nlp-cq")),
             dict(pairs(kueue_flavors, "kueue_flavors", "train/H100=h100-train")),
@@ -242,6 +252,7 @@ class Names:
             dict(pairs(slurm_accounts, "slurm_accounts", "ml/nlp=nlp")),
             gpu_resource.strip(),
             kueue_version,
+            integer_weight_scale,
         )
 
 

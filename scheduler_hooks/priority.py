@@ -98,3 +98,20 @@ def class_names(
         for t, p in priority_classes(wh, now, policy, **kw).items()
         if p.priority_class is not None
     }
+
+
+class CachedClassNames:
+    """:func:`class_names` for the admission webhook's snapshot, worked out again only once
+    ``max_age_s`` has passed: the snapshot is rebuilt every few seconds, and efficiency over
+    days does not change in seconds."""
+
+    def __init__(self, policy: PriorityPolicy, max_age_s: float = 600.0, **kw: Any):
+        self.policy, self.max_age_s, self.kw = policy, max_age_s, kw
+        self._at: dt.datetime | None = None
+        self._names: Mapping[str, str] = {}
+
+    def __call__(self, wh: Warehouse, now: dt.datetime) -> Mapping[str, str]:
+        if self._at is None or (now - self._at).total_seconds() >= self.max_age_s or now < self._at:
+            self._names = class_names(wh, now, self.policy, **self.kw)
+            self._at = now
+        return self._names

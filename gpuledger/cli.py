@@ -12,6 +12,7 @@
     gpuledger quarantine replay [--kind K] [--reason TEXT] [--since ISO] [--dry-run]
     gpuledger quarantine rejected [--format table|csv|json]
     gpuledger db migrate | gpuledger db status
+    gpuledger advise [list|approve ID|reject ID|apply ID] [--format ...] [--kubeconfig F]
 
 Every command takes ``--config FILE``, ``--data-dir DIR``, ``--dsn DSN``, ``-v`` and
 ``--debug``, before or after its name. A :class:`gpuledger_errors.GpuledgerError` (a bad
@@ -36,6 +37,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from gpuledger.advise_commands import cmd_advise
 from gpuledger.collect_commands import cmd_agent, cmd_collect
 from gpuledger.commands import (
     cmd_audit,
@@ -94,6 +96,7 @@ COMMANDS = {
     "token": cmd_token,
     "user": cmd_user,
     "report": cmd_report,
+    "advise": cmd_advise,
 }
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import advice_fixture as af
 import flask
 import pytest
-from conftest import ROOT, fresh_database
+import requests
+from conftest import ROOT, fresh_database, serving
 from test_advice import LIMITS, advise
 from test_advice_render import QUEUES
 
@@ -138,6 +139,9 @@ def test_the_command_line_proposes_renders_approves_and_applies(
     again = json.loads(run("advise", "--format", "json", *at))
     assert again["clusters"][0]["proposals"]["proposed"] == []  # nothing changed: no new advice
     patches = json.loads(run("advise", "--format", "kueue", "--kubeconfig", str(kubeconfig), *at))
+    assert "ml-vision" not in {  # its ClusterQueue has weight 2 already: no weight advice
+        p["name"] for p in patches if "fairSharing" in p.get("patch", {}).get("spec", {})
+    }
     assert {p["name"] for p in patches if p["kind"] == "ClusterQueue"} == {
         "ml-nlp",
         "ml-vision",
@@ -163,6 +167,28 @@ def test_the_command_line_proposes_renders_approves_and_applies(
         cwd=ROOT, env=cli_env, capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode == 2 and f"advice {lend} is applied" in bad.stderr
+    # served: a logged-in tenant gets the advice about its own tenant alone
+    for name, role in (("mia", "manager"), ("vic", "tenant:ml/vision")):
+        subprocess.run(
+            [*gpuledger_cmd, "user", "add", name, "--role", role, "--password-stdin",
+             "--data-dir", str(data)],
+            cwd=ROOT, env=cli_env, input=f"password-of-{name}\n", text=True, check=True,
+        )  # fmt: skip
+    with serving(gpuledger_cmd, cli_env, data) as url:
+        assert requests.get(f"{url}/api/advice", timeout=30).status_code == 401
+        seen = requests.get(f"{url}/api/advice", auth=("vic", "password-of-vic"), timeout=60).json()
+        every = requests.get(
+            f"{url}/api/advice", auth=("mia", "password-of-mia"), timeout=60
+        ).json()
+    # read with the kubeconfig, ml/vision's weight is 2 already: its weight advice was
+    # withdrawn then; the lend was applied since
+    assert [a["kind"] for a in seen["advice"]] == ["reclaim"]
+    assert seen["advice"][0]["from_tenant"] == ANOTHER_TENANT
+    assert sorted(a["kind"] for a in every["advice"]) == [
+        "fair_share_weight",
+        "lower_borrow_limit",
+        "reclaim",
+    ]
 
 
 def _cli(cmd: list[str], env: dict[str, str], data: Path, *args: str) -> str:

@@ -165,9 +165,13 @@ def build_reports(
 
     policy = settings.scheduler.policy()
     prices = load_price_book(wh, settings.ledger.currency)
+    # one cluster when a kubeconfig names one; an empty warehouse is refused with what to do
     picked = fleet.pick_cluster(wh, cluster, name="--cluster", one=kube is not None)
+    chosen = [picked] if picked else fleet.known_clusters(wh)
+    if not chosen:
+        fleet.pick_cluster(wh, "", name="--cluster")  # raises, saying how to fill it
     out = []
-    for c in [picked] if picked else fleet.known_clusters(wh):
+    for c in chosen:
         objects: dict[str, Any] = {}
         quotas, weights = None, None
         if kube is not None:

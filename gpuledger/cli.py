@@ -16,6 +16,7 @@
     gpuledger db migrate | gpuledger db status
     gpuledger report --month YYYY-MM [--tenant T] [--formats ...] [--out DIR]
     gpuledger alerts check [--format table|json] [--at ISO] | alerts list [--state open]
+    gpuledger advise [list|approve ID|reject ID|apply ID] [--format ...] [--kubeconfig F]
 
 Every command takes ``--config FILE``, ``--data-dir DIR``, ``--dsn DSN``, ``-v`` and
 ``--debug``, before or after its name. A :class:`gpuledger_errors.GpuledgerError` (a bad
@@ -40,6 +41,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from gpuledger.advise_commands import cmd_advise
 from gpuledger.alert_commands import cmd_alerts
 from gpuledger.collect_commands import cmd_agent, cmd_collect
 from gpuledger.commands import (
@@ -102,6 +104,7 @@ COMMANDS = {
     "user": cmd_user,
     "report": cmd_report,
     "alerts": cmd_alerts,
+    "advise": cmd_advise,
 }
 
 

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from gpuledger.advise_commands import add_parser as add_advise_parser
 from gpuledger.alert_commands import add_parser as add_alerts_parser
 from gpuledger.quarantine_commands import add_parser as add_quarantine_parser
 from gpuledger.report_commands import add_parser as add_report_parser
@@ -269,6 +270,7 @@ def _parser(
     add_quarantine_parser(sub, common)
     add_report_parser(sub, common)
     add_alerts_parser(sub, common)
+    add_advise_parser(sub, common)
 
     audit = sub.add_parser(
         "audit", parents=[common], help="who did what: the audit log, newest first"

@@ -179,6 +179,7 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
             secure_cookie=bool(s.tls_cert_file),
             oidc=s.oidc(),
         )
+    _advice_api(app.server, wh, settings, None if users is None else _viewer)
     admission = _admission(app.server, wh, settings)
     coalescer.start()
     signal.signal(signal.SIGTERM, _terminate)
@@ -230,8 +231,11 @@ def _admission(server: Any, wh: Warehouse, settings: Settings) -> tuple[Any, ...
     if not a.enabled:
         return ()
     from scheduler_hooks import webhook
+    from scheduler_hooks.priority import CachedClassNames
     from scheduler_hooks.snapshot import SnapshotKeeper, build_snapshot
     from warehouse.ledger import load_price_book
+
+    priorities = CachedClassNames(settings.scheduler.policy().priority, idle=idle_rule(settings))
 
     def build() -> Any:
         return build_snapshot(
@@ -240,6 +244,7 @@ def _admission(server: Any, wh: Warehouse, settings: Settings) -> tuple[Any, ...
             idle=idle_rule(settings),
             prices=load_price_book(wh, settings.ledger.currency),
             cluster=settings.warehouse.cluster,
+            priorities=priorities,
         )
 
     keeper = SnapshotKeeper(build, a.refresh_s)
@@ -247,6 +252,22 @@ def _admission(server: Any, wh: Warehouse, settings: Settings) -> tuple[Any, ...
     audit = webhook.AuditQueue(wh)
     webhook.register(server, keeper.current, a.rules(), audit, max_body_bytes=a.max_body_bytes)
     return keeper, audit
+
+
+def _advice_api(server: Any, wh: Warehouse, settings: Settings, viewer: Any) -> None:
+    """``GET /api/advice`` on ``server``, for the viewer the login saw (everyone, as an
+    admin, with --insecure)."""
+    from dashboards.context import EVERYONE
+    from gpuledger.advise_commands import live_report
+    from scheduler_hooks import api
+
+    api.register(
+        server,
+        wh,
+        viewer=viewer or (lambda: EVERYONE),
+        now=utc_now,
+        live=functools.partial(live_report, wh, settings),
+    )
 
 
 def _start_forwarding(wh: Warehouse, settings: Settings) -> ForwardServer | None:

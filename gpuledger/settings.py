@@ -604,6 +604,76 @@ class AlertSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class SchedulerSettings:
+    """Quota-reclaim advice, idle limits and priority feedback (`gpuledger advise`); the
+    texts are parsed by :mod:`scheduler_hooks.policy`, which says what a bad one should be."""
+
+    #: the trailing days a tenant's efficiency (used ÷ allocated GPU-hours) is measured over
+    priority_window_days: float = 7.0
+    #: efficiency thresholds to priority classes (the lowest must be 0)
+    priority_classes: str = "0.6=high,0.3=normal,0=low"
+    #: each class's fair-share weight (Kueue fairSharing.weight, Volcano weight, Slurm Fairshare)
+    fair_share_weights: str = "high=2,normal=1,low=0.5"
+    #: advice is proposed once its condition has held this long (seconds) ...
+    hold_s: int = 1800
+    #: ... and replaces the advice in force only when its GPUs differ by more than this
+    min_change_gpus: float = 1.0
+    #: recovered GPU-hours and cost are counted over this many hours ahead
+    horizon_h: float = 24.0
+    #: per-tenant GPU-idle limits (org/project, org or *): "ml=5%/2h, *=5%/4h"
+    idle_limits: str = ""
+    #: per-tenant duration limits of interactive workloads: "ml=8h, *=12h"
+    interactive_limits: str = ""
+    #: the workload types that count as interactive
+    interactive_types: str = "notebook"
+    #: the ClusterQueue (Volcano Queue, Slurm account) of a tenant, "ml/nlp=nlp-cq"; unnamed:
+    #: the tenant as a DNS label (ml-nlp; for Slurm, the project)
+    kueue_queues: str = ""
+    volcano_queues: str = ""
+    slurm_accounts: str = ""
+    #: the ResourceFlavor of "pool/model" or "model"; unnamed: the model as a DNS label
+    kueue_flavors: str = ""
+    kueue_api_version: str = "v1beta2"
+    gpu_resource: str = "nvidia.com/gpu"
+    #: Volcano queue weights and Slurm Fairshare are whole numbers: the weight times this
+    integer_weight_scale: int = 2
+    #: where `advise apply` finds sacctmgr, scontrol and scancel ("": on the PATH)
+    slurm_bin_dir: str = ""
+
+    def validate(self) -> None:
+        self.policy()
+        if self.hold_s < 0 or self.min_change_gpus < 0 or self.horizon_h <= 0:
+            raise SettingsError(
+                f"scheduler.hold_s {self.hold_s} and min_change_gpus {self.min_change_gpus:g} "
+                f"must not be negative, and horizon_h {self.horizon_h:g} must be positive"
+            )
+
+    def policy(self) -> Any:
+        """The rules as :class:`scheduler_hooks.policy.AdvicePolicy`."""
+        from scheduler_hooks import policy as p
+
+        try:
+            return p.AdvicePolicy(
+                p.PriorityPolicy.parse(
+                    self.priority_window_days, self.priority_classes, self.fair_share_weights
+                ),
+                p.Limits.parse(self.idle_limits, self.interactive_limits, self.interactive_types),
+                p.Hysteresis(self.hold_s, self.min_change_gpus, self.horizon_h),
+                p.Names.parse(
+                    self.kueue_queues,
+                    self.kueue_flavors,
+                    self.volcano_queues,
+                    self.slurm_accounts,
+                    self.gpu_resource,
+                    self.kueue_api_version,
+                    self.integer_weight_scale,
+                ),
+            )
+        except p.PolicyError as exc:
+            raise SettingsError(str(exc)) from None
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     warehouse: WarehouseSettings = WarehouseSettings()
     ledger: LedgerSettings = LedgerSettings()
@@ -615,6 +685,7 @@ class Settings:
     admission: AdmissionSettings = AdmissionSettings()
     sql: SqlSettings = SqlSettings()
     alerts: AlertSettings = AlertSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
 
     def validate(self) -> None:
         for field in dataclasses.fields(self):

@@ -3,7 +3,8 @@
 It speaks the part of the real protocol the official client uses, so tests run the real
 ``kubernetes`` client (urllib3 underneath) against it:
 
-* ``GET /api/v1/pods`` (``/api/v1/nodes``, ``/apis/kueue.x-k8s.io/v1beta1/workloads``) returns
+* ``GET /api/v1/pods`` (``/api/v1/nodes``, ``/apis/kueue.x-k8s.io/v1beta1/workloads``, Kueue's
+  ``v1beta2`` ClusterQueues and Volcano's ``v1beta1`` Queues) returns
   a List whose ``metadata.resourceVersion`` is the current one, in pages with ``limit`` and
   ``continue``. Without Kueue "installed", the Workload path answers 404, as for a missing CRD.
 * ``?watch=true&resourceVersion=N`` answers with chunked transfer-encoding, one JSON event per
@@ -17,6 +18,11 @@ without a watch event (without: as if it happened while nobody watched), :meth:`
 :meth:`fail_next` (answer the next requests, or the next of one kind, with an HTTP error).
 ``requests`` logs every request. Use it as a context manager: closing it ends every stream
 and joins every handler thread.
+
+Writes, for the scheduler advice: ``GET`` and ``PATCH`` of one ClusterQueue or Queue by name
+(``application/merge-patch+json`` only, applied as RFC 7386 says; 415 for another patch type),
+and ``POST /api/v1/namespaces/NS/pods/NAME/eviction`` (the pod is deleted). ``writes`` logs
+each as (method, path, content type, body).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import bisect
 import copy
 import json
+import re
 import socket
 import threading
 import time
@@ -35,18 +42,46 @@ PATHS = {
     "/api/v1/pods": "pods",
     "/api/v1/nodes": "nodes",
     "/apis/kueue.x-k8s.io/v1beta1/workloads": "workloads",
+    "/apis/kueue.x-k8s.io/v1beta2/clusterqueues": "clusterqueues",
+    "/apis/scheduling.volcano.sh/v1beta1/queues": "queues",
 }
 _LIST = {
     "pods": ("v1", "PodList"),
     "nodes": ("v1", "NodeList"),
     "workloads": ("kueue.x-k8s.io/v1beta1", "WorkloadList"),
+    "clusterqueues": ("kueue.x-k8s.io/v1beta2", "ClusterQueueList"),
+    "queues": ("scheduling.volcano.sh/v1beta1", "QueueList"),
 }
+#: The kinds without a namespace: named by "name" alone.
+CLUSTER_SCOPED = {"nodes", "clusterqueues", "queues"}
+_EVICTION = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
 
 
 def key_of(kind: str, obj: dict[str, Any]) -> str:
-    """How the fake names an object: "name" for nodes, "namespace/name" otherwise."""
+    """How the fake names an object: "name" for nodes and other cluster-scoped kinds,
+    "namespace/name" otherwise."""
     meta = obj["metadata"]
-    return meta["name"] if kind == "nodes" else f"{meta.get('namespace', '')}/{meta['name']}"
+    return meta["name"] if kind in CLUSTER_SCOPED else f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge key by key, null removes, the rest replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _item_path(path: str) -> tuple[str, str] | None:
+    """(kind, name) of a path naming one cluster-scoped object, e.g. a ClusterQueue."""
+    collection, _, name = path.rpartition("/")
+    kind = PATHS.get(collection)
+    return (kind, name) if kind in CLUSTER_SCOPED and name else None
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -76,6 +111,7 @@ class FakeKubeApi:
     def __init__(self, *, kueue: bool = True):
         self.kueue = kueue
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.writes: list[tuple[str, str, str, Any]] = []
         self._cond = threading.Condition()
         self._rv = 1000
         self._objects: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in _LIST}
@@ -281,8 +317,16 @@ class _Handler(BaseHTTPRequestHandler):
             kind = PATHS.get(url.path)
             i = next((i for i, f in enumerate(api._failures) if f[0] in ("", kind)), None)
             failure = api._failures.pop(i)[1] if i is not None else 0
+        item = _item_path(url.path)
         if failure:
             self._json(failure, _status(failure, "InternalError", "injected failure"))
+        elif item is not None:
+            with api._cond:
+                found = api._objects[item[0]].get(item[1])
+            if found is None:
+                self._json(404, _status(404, "NotFound", f"{item[0]} {item[1]} not found"))
+            else:
+                self._json(200, copy.deepcopy(found))
         elif kind is None or (kind == "workloads" and not api.kueue):
             self._json(404, _status(404, "NotFound", "the server could not find the resource"))
         elif query.get("watch", "").lower() in ("true", "1"):
@@ -292,6 +336,42 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
         else:
             self._json(*api._list(kind, query))
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"null")
+
+    def do_PATCH(self) -> None:
+        api, path = self.api, urllib.parse.urlsplit(self.path).path
+        kind_name, ctype, body = (
+            _item_path(path),
+            self.headers.get("Content-Type", ""),
+            self._body(),
+        )
+        with api._cond:
+            api.writes.append(("PATCH", path, ctype, body))
+            found = kind_name and api._objects[kind_name[0]].get(kind_name[1])
+        if not found or kind_name is None:
+            self._json(404, _status(404, "NotFound", f"{path} not found"))
+        elif ctype.split(";")[0].strip() != "application/merge-patch+json":
+            self._json(415, _status(415, "UnsupportedMediaType", f"patch type {ctype}"))
+        else:
+            self._json(200, api.put(kind_name[0], merge_patch(found, body)))
+
+    def do_POST(self) -> None:
+        api, path = self.api, urllib.parse.urlsplit(self.path).path
+        body, found = self._body(), _EVICTION.match(path)
+        with api._cond:
+            api.writes.append(("POST", path, self.headers.get("Content-Type", ""), body))
+            key = f"{found[1]}/{found[2]}" if found else ""
+            exists = key in api._objects["pods"]
+        if not found:
+            self._json(404, _status(404, "NotFound", f"{path} not found"))
+        elif not exists:
+            self._json(404, _status(404, "NotFound", f"pods {key} not found"))
+        else:
+            api.delete("pods", key)
+            self._json(201, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
     def _json(self, code: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()

@@ -107,7 +107,9 @@ def told_to(advice: pl.DataFrame, tenant: str) -> pl.DataFrame:
     the reason and patch left out unless both sides are the tenant's own."""
     rows = []
     for row in advice.iter_rows(named=True):
-        giver, taker = owns(tenant, row["from_tenant"]), owns(tenant, row["to_tenant"])
+        # advice with one side only (a tenant's own limit or weight) has no other tenant
+        giver = not row["from_tenant"] or owns(tenant, row["from_tenant"])
+        taker = not row["to_tenant"] or owns(tenant, row["to_tenant"])
         rows.append(
             row
             | {

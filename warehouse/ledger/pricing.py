@@ -54,6 +54,13 @@ class PriceBook:
             )
         return found.pop() if found else self.default_currency
 
+    def price_at(self, gpu_model: str, pool: str, at: dt.datetime) -> Decimal | None:
+        """The price of one GPU-hour of ``gpu_model`` in ``pool`` at ``at`` (the pool's own
+        entries, else the every-pool ones, as :func:`price_segments` resolves them); None when
+        the book has none."""
+        segments = price_segments(self, [(gpu_model, pool)], at, at + dt.timedelta(seconds=1))
+        return segments[0].price if segments else None
+
     def kwh_series(self) -> list[tuple[dt.datetime, Decimal]]:
         """The ``energy_kwh`` price series (pool '' entries), oldest first."""
         return sorted(

@@ -78,7 +78,7 @@ def _focus(settings: Settings, cluster: str) -> Any:
         from reports.focus import FocusAccount, render_focus
 
         r = settings.reports
-        account = r.billing_account or cluster or settings.warehouse.cluster or "gpuledger"
+        account = r.billing_account or cluster or "gpuledger"
         return render_focus(
             cb.lines,
             account=FocusAccount(

@@ -243,7 +243,7 @@ def _admission(server: Any, wh: Warehouse, settings: Settings) -> tuple[Any, ...
             utc_now(),
             idle=idle_rule(settings),
             prices=load_price_book(wh, settings.ledger.currency),
-            cluster=settings.warehouse.cluster,
+            cluster=a.cluster,
             priorities=priorities,
         )
 

@@ -456,6 +456,8 @@ class AdmissionSettings:
     """The Kubernetes admission webhook (``POST /admission`` on `serve`)."""
 
     enabled: bool = True
+    #: the GPU cluster (as the collectors name it) whose idle GPUs count; "": every cluster
+    cluster: str = ""
     #: allow | warn | deny | deprioritise: what a GPU job of a tenant holding idle GPUs gets
     policy: str = "warn"
     #: per tenant (an org covers its projects): "research=deny, product/chat=deprioritise"

@@ -61,7 +61,9 @@ def create_app(
 
 
 def _layout() -> html.Div:
-    pages = list(dash.page_registry.values())
+    # a page imported under a second module name (a test walking the packages) registers
+    # again: one link per path
+    pages = list({p["relative_path"]: p for p in dash.page_registry.values()}.values())
     return html.Div(
         [
             dcc.Location(id="shell-url"),

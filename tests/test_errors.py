@@ -38,7 +38,9 @@ def _modules() -> list[str]:
         names.append(package)
         path = importlib.import_module(package).__path__
         names += [m.name for m in pkgutil.walk_packages(path, package + ".")]
-    return [n for n in names if n not in UNIMPORTABLE]
+    # Dash loads the page modules itself when an app is made (they register their page then);
+    # imported here they would register again, under another name, or refuse without an app
+    return [n for n in names if n not in UNIMPORTABLE and not n.startswith("dashboards.pages.")]
 
 
 def _exception_classes() -> dict[str, type[BaseException]]:

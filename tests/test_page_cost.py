@@ -114,7 +114,9 @@ def test_a_tenant_lead_sees_its_own_totals_alone(fleet: Warehouse, orgs: list[st
     text = json.dumps(response)
     assert "Capacity cost" not in text and other + "/" not in text
     forged = _page(lead, LEDGER, STATE + f"&tenant={other}")
-    assert forged["cost-ledger"]["rowData"] == [] and "may see the figures of tenant" in json.dumps(forged)
+    assert forged["cost-ledger"]["rowData"] == [] and "may see the figures of tenant" in json.dumps(
+        forged
+    )
     theirs = _ledger(fleet, tenant=other)
     assert str(theirs.totals.total_cost) not in json.dumps(forged)
 

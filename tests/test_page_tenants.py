@@ -166,7 +166,9 @@ def test_a_forged_pick_of_another_tenant_is_refused(fleet: Warehouse, orgs: list
     own = _jobs(lead, None)["tenants-jobs"]["rowData"]  # its own jobs without picking
     assert own and all(j["tenant"].startswith(mine + "/") for j in own)
     forged = _jobs(lead, {"tenant": other, "user": ""})
-    assert forged["tenants-jobs"]["rowData"] == [] and "may see the figures of tenant" in json.dumps(forged)
+    assert forged["tenants-jobs"][
+        "rowData"
+    ] == [] and "may see the figures of tenant" in json.dumps(forged)
     sneaky = _jobs(lead, {"tenant": mine, "user": ""}, STATE + f"&tenant={other}")
     assert sneaky["tenants-jobs"]["rowData"] == []
     api = lead.get("/api/v1/jobs", query_string={"of": other})

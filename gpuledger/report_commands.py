@@ -4,6 +4,7 @@ the month that just ended."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import logging
 import sys
@@ -131,36 +132,53 @@ def previous_month(now: dt.datetime) -> str:
     return (now.replace(day=1) - dt.timedelta(days=1)).strftime("%Y-%m")
 
 
-def schedule_reports(scheduler: BackgroundScheduler, wh: Warehouse, settings: Settings) -> None:
-    """Add the monthly job to ``scheduler``: at ``reports.schedule`` (UTC), write the previous
-    month's reports into ``reports.out_dir`` and log what was written and what changed."""
-    from apscheduler.triggers.cron import CronTrigger
-
+def monthly_reports(wh: Warehouse, settings: Settings, now: dt.datetime) -> ReportRun | None:
+    """The monthly job: write the previous month's reports into ``reports.out_dir`` and tell
+    the ``[alerts]`` notifiers (webhook, Slack, e-mail, log) what was written and what changed;
+    None, logged and told, when the month could not be written."""
+    from reports.alerts.notify import build_notifiers, tell_each
     from reports.formats import formats
+
+    month = previous_month(now)
+    payload: dict[str, Any] = {"event": "report", "title": "Monthly chargeback", "subject": month}
+    run: ReportRun | None = None
+    try:
+        written = make_reports(
+            wh,
+            settings,
+            month,
+            now=now,
+            out_dir=settings.reports_dir,
+            kinds=formats(settings.reports.formats),
+        )
+    except Exception as exc:  # a failed month is logged and told; next month's job still runs
+        log.exception("the chargeback of %s could not be written", month)
+        payload["text"] = f"The chargeback of {month} could not be written: {exc}"
+    else:
+        run = written
+        moved = "; changed since the last run: " + "; ".join(run.changes) if run.changes else ""
+        payload["text"] = (
+            f"The chargeback of {month} is written: "
+            + ", ".join(str(w.path) for w in run.files)
+            + moved
+        )
+        payload["files"] = [str(w.path) for w in run.files]
+    said = tell_each(build_notifiers(dataclasses.asdict(settings.alerts)), payload)
+    for name, error in said.items():
+        if error is not None:
+            log.error("the chargeback notice of %s was not delivered by %s: %s", month, name, error)
+    return run
+
+
+def schedule_reports(scheduler: BackgroundScheduler, wh: Warehouse, settings: Settings) -> None:
+    """Add the monthly job (:func:`monthly_reports`) to ``scheduler`` at ``reports.schedule``
+    (a crontab line, UTC)."""
+    from apscheduler.triggers.cron import CronTrigger
 
     if not settings.reports.schedule:
         return
-    kinds = formats(settings.reports.formats)
-
-    def job() -> None:
-        now = dt.datetime.now(dt.UTC)
-        month = previous_month(now)
-        try:
-            run = make_reports(
-                wh, settings, month, now=now, out_dir=settings.reports_dir, kinds=kinds
-            )
-        except Exception:  # a failed month is logged; next month's job still runs
-            log.exception("the chargeback of %s could not be written", month)
-            return
-        log.info(
-            "chargeback %s written: %s%s",
-            month,
-            ", ".join(str(w.path) for w in run.files),
-            "; changed since the last run: " + "; ".join(run.changes) if run.changes else "",
-        )
-
     scheduler.add_job(
-        job,
+        lambda: monthly_reports(wh, settings, dt.datetime.now(dt.UTC)),
         CronTrigger.from_crontab(settings.reports.schedule, timezone="UTC"),
         id="monthly-chargeback",
         coalesce=True,

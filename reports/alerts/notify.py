@@ -13,7 +13,8 @@ import dataclasses
 import logging
 import smtplib
 import ssl
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any, Protocol
@@ -47,7 +48,7 @@ class LogNotifier:
     name: str = "log"
 
     def send(self, payload: Mapping[str, Any]) -> None:
-        level = logging.INFO if payload.get("event") == "resolved" else logging.WARNING
+        level = logging.INFO if payload.get("event") in ("resolved", "report") else logging.WARNING
         link = f" {_link(payload)}" if _link(payload) else ""
         logging.getLogger("gpuledger.alerts").log(level, "%s%s", payload.get("text"), link)
 
@@ -144,7 +145,9 @@ class EmailNotifier:
 
     def message(self, payload: Mapping[str, Any]) -> EmailMessage:
         msg = EmailMessage()
-        state = "RESOLVED" if payload.get("event") == "resolved" else "FIRING"
+        state = {"resolved": "RESOLVED", "report": "REPORT"}.get(
+            str(payload.get("event")), "FIRING"
+        )
         msg["Subject"] = f"[gpuledger {state}] {payload.get('title')}: {payload.get('subject')}"
         msg["From"] = self.sender
         msg["To"] = ", ".join(self.to)
@@ -247,3 +250,32 @@ def _addresses(text: str, label: str) -> tuple[str, ...]:
 
 def names(notifiers: Sequence[Notifier]) -> list[str]:
     return [n.name for n in notifiers]
+
+
+def tell_each(
+    notifiers: Sequence[Notifier],
+    payload: Mapping[str, Any],
+    *,
+    attempts: int = 3,
+    first_delay_s: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, str | None]:
+    """Send one notice (not an alert: nothing to keep in the outbox, such as a report written)
+    to every notifier, each tried ``attempts`` times with a doubling wait; what each said:
+    None for delivered, else its last error."""
+    said: dict[str, str | None] = {}
+    for notifier in notifiers:
+        delay, error = first_delay_s, None
+        for attempt in range(attempts):
+            try:
+                notifier.send(payload)
+            except NotifyError as exc:
+                error = str(exc)
+                if attempt + 1 < attempts:
+                    sleep(delay)
+                    delay *= 2
+            else:
+                error = None
+                break
+        said[notifier.name] = error
+    return said

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +26,16 @@ from gpuledger.settings import Settings
 from gpuledger_errors import InputError
 
 if TYPE_CHECKING:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
     from scheduler_hooks.kube import Cluster
     from scheduler_hooks.report import AdviceReport
     from warehouse.client import Warehouse
 
 FORMATS = ("text", "json", "kueue", "volcano", "slurm")
+
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -305,3 +311,50 @@ def _text(doc: dict[str, Any], out: Any) -> None:
             f"GPU-hours ({lim['saved_cost']} {doc['currency']}) over the last 30 days",
             file=out,
         )
+
+
+def propose_all(
+    wh: Warehouse, settings: Settings, at: dt.datetime, *, actor: str = "gpuledger serve"
+) -> dict[str, Any]:
+    """Work out every cluster's advice at ``at`` from the warehouse alone and propose it (what
+    `gpuledger advise` does, without a kubeconfig): cluster -> what was proposed, kept,
+    superseded and withdrawn."""
+    from scheduler_hooks import proposals
+    from warehouse.analytics import fleet
+
+    return {
+        c: proposals.propose(wh, live_report(wh, settings, c, at), actor=actor).to_json()
+        for c in fleet.known_clusters(wh)
+    }
+
+
+def schedule_advice(scheduler: BackgroundScheduler, wh: Warehouse, settings: Settings) -> None:
+    """Add the advice to ``scheduler``: proposed every ``scheduler.propose_interval_s`` (the
+    hysteresis keeps what still holds), for a manager to approve."""
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    interval = settings.scheduler.propose_interval_s
+    if not interval:
+        return
+
+    def job() -> None:
+        try:
+            done = propose_all(wh, settings, utc_now())
+        except Exception:  # logged; the next run proposes again
+            log.exception("scheduler advice could not be proposed")
+            return
+        changed = {
+            c: r
+            for c, r in done.items()
+            if any(r.get(k) for k in ("proposed", "superseded", "withdrawn"))
+        }
+        if changed:
+            log.info("scheduler advice: %s", changed)
+
+    scheduler.add_job(
+        job,
+        IntervalTrigger(seconds=interval, timezone="UTC"),
+        id="advice-propose",
+        max_instances=1,
+        coalesce=True,
+    )

@@ -380,17 +380,23 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 def _periodic_jobs(wh: Any, settings: Settings) -> Any:
     """The serve process's scheduled jobs (the monthly chargeback; the alert rules and the
-    delivery of their notices), on one APScheduler with threads (never processes: the engine
-    must not be forked); None when there are none."""
-    if not settings.reports.schedule and not settings.alerts.interval_s:
+    delivery of their notices; the scheduler advice), on one APScheduler with threads (never
+    processes: the engine must not be forked); None when there are none."""
+    if not (
+        settings.reports.schedule
+        or settings.alerts.interval_s
+        or settings.scheduler.propose_interval_s
+    ):
         return None
     from apscheduler.schedulers.background import BackgroundScheduler
 
+    from gpuledger.advise_commands import schedule_advice
     from gpuledger.alert_commands import schedule_alerts
     from gpuledger.report_commands import schedule_reports
 
     scheduler = BackgroundScheduler(timezone="UTC")
     schedule_reports(scheduler, wh, settings)
     schedule_alerts(scheduler, wh, settings)
+    schedule_advice(scheduler, wh, settings)
     scheduler.start()
     return scheduler

@@ -616,6 +616,8 @@ class SchedulerSettings:
     priority_classes: str = "0.6=high,0.3=normal,0=low"
     #: each class's fair-share weight (Kueue fairSharing.weight, Volcano weight, Slurm Fairshare)
     fair_share_weights: str = "high=2,normal=1,low=0.5"
+    #: how often `serve` works the advice out and proposes it, seconds; 0: only `gpuledger advise`
+    propose_interval_s: int = 900
     #: advice is proposed once its condition has held this long (seconds) ...
     hold_s: int = 1800
     #: ... and replaces the advice in force only when its GPUs differ by more than this
@@ -644,6 +646,11 @@ class SchedulerSettings:
 
     def validate(self) -> None:
         self.policy()
+        if self.propose_interval_s < 0:
+            raise SettingsError(
+                f"scheduler.propose_interval_s {self.propose_interval_s} must not be negative "
+                "(0 turns proposing in `serve` off)"
+            )
         if self.hold_s < 0 or self.min_change_gpus < 0 or self.horizon_h <= 0:
             raise SettingsError(
                 f"scheduler.hold_s {self.hold_s} and min_change_gpus {self.min_change_gpus:g} "

@@ -123,3 +123,21 @@ def test_advice_then_admission_then_the_reclaim_lets_the_waiting_tenant_start(
     assert not [r for r in _advice(cluster, after).recommendations if r.kind == "reclaim"]
     passed = _decide(cluster, after, "deny")
     assert passed["allowed"] and "warnings" not in passed
+
+
+def test_serve_proposes_the_advice_on_its_own(engine: Warehouse) -> None:
+    """The job `serve` runs every scheduler.propose_interval_s: the advice is worked out for
+    every cluster and proposed, and a second run with nothing changed proposes nothing more."""
+    from gpuledger.advise_commands import propose_all
+    from scheduler_hooks import proposals
+
+    with fresh_database(engine) as wh:
+        af.fill(wh)
+        settings = load_settings(env={})
+        first = propose_all(wh, settings, af.T)
+        assert first["c1"]["proposed"]
+        stored = proposals.in_force(wh, af.T + af.MIN, cluster="c1")
+        (reclaim,) = [s for s in stored if s.to_json()["kind"] == "reclaim"]
+        assert reclaim.to_json()["status"] == "proposed"
+        again = propose_all(wh, settings, af.T + af.MIN)
+        assert not again["c1"]["proposed"] and again["c1"]["kept"]

@@ -8,6 +8,7 @@ import contextlib
 import functools
 import ipaddress
 import logging
+import os
 import signal
 import sys
 import threading
@@ -217,11 +218,39 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     finally:
         if forwarding is not None:
             forwarding.close()
-        server.stop()
+        _stop_http(server)
         coalescer.stop(timeout_s=30)
         for part in admission:
             part.stop()
     return 0
+
+
+#: How long the HTTP server's threads get to finish their requests when serve stops, seconds.
+_HTTP_STOP_S = 15
+
+
+def _stop_http(server: Any) -> None:
+    """Stop the HTTP server, waiting at most :data:`_HTTP_STOP_S`: cheroot's stop can wait for
+    ever on a worker thread that never takes its shutdown request (seen under load), and the
+    rest (the spool's flush, the warehouse) must still be closed in order."""
+    stopper = threading.Thread(target=server.stop, name="http-stop", daemon=True)
+    stopper.start()
+    stopper.join(_HTTP_STOP_S)
+    if stopper.is_alive():
+        log.warning("the HTTP server's threads did not stop within %d s: left behind", _HTTP_STOP_S)
+
+
+def _exit_if_threads_linger(status: int) -> None:
+    """After every part of serve has stopped, end the process even if a library's thread is
+    still alive (a stuck HTTP worker would otherwise keep it running after SIGTERM)."""
+    lingering = [
+        t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon
+    ]
+    if lingering:
+        log.warning("ending with threads still alive: %s", ", ".join(lingering))
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(status)
 
 
 def _admission(server: Any, wh: Warehouse, settings: Settings) -> tuple[Any, ...]:
@@ -368,7 +397,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         )
     scheduler = _periodic_jobs(wh, settings)
     try:
-        return _serve(wh, settings, insecure=args.insecure)
+        status = _serve(wh, settings, insecure=args.insecure)
     finally:
         stop.set()
         if scheduler is not None:
@@ -376,6 +405,8 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         for thread in threads:
             thread.join(timeout=30)
         wh.close()
+    _exit_if_threads_linger(status)
+    return status
 
 
 def _periodic_jobs(wh: Any, settings: Settings) -> Any:

@@ -21,6 +21,7 @@ from dashboards.context import Forbidden, Viewer
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
 from warehouse.analytics import fleet
+from warehouse.analytics.tenancy import owns
 from warehouse.client import Warehouse
 from warehouse.ledger import GROUPINGS, IdlePolicy, IdleRule
 
@@ -189,9 +190,7 @@ def _choices(cluster: str | None) -> tuple[list[str], list[str], list[str], list
         return [], [], [], []
     kit = fleet.choices(wh, cluster or "")
     mine = who.tenant
-    tenants = [
-        t for t in fleet.known_tenants(wh) if mine is None or t == mine or t.startswith(mine + "/")
-    ]
+    tenants = [t for t in fleet.known_tenants(wh) if mine is None or owns(mine, t)]
     orgs = sorted({t.split("/")[0] for t in tenants})
     if mine is not None:
         orgs = [o for o in orgs if o == mine]

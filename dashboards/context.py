@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from gpuledger_errors import GpuledgerError
+from warehouse.analytics.tenancy import owns
 from warehouse.client import Warehouse
 from warehouse.ledger import IdleRule
 
@@ -41,7 +42,7 @@ class Viewer:
         mine = self.tenant
         if mine is None:
             return asked
-        if asked is None or asked == mine or asked.startswith(mine + "/"):
+        if asked is None or owns(mine, asked):
             return asked or mine
         raise Forbidden(f"{self.name} ({self.role}) may see the figures of tenant {mine} alone")
 

@@ -23,6 +23,7 @@ from dashboards.answers.ledger import cluster_of
 from dashboards.context import Viewer
 from dashboards.filters import Filters
 from warehouse.analytics import fleet, moment
+from warehouse.analytics.tenancy import owns
 from warehouse.ledger import IdleNow
 
 #: How long an idle GPU must have been idle to be worth a sentence (or the idle rule's
@@ -236,7 +237,7 @@ def findings(facts: Facts, top: int = TOP) -> list[Finding]:
 
 
 def _in_scope(tenant: str, scope: str | None) -> bool:
-    return scope is None or tenant == scope or tenant.startswith(scope + "/")
+    return scope is None or owns(scope, tenant)
 
 
 def gather(

@@ -15,6 +15,7 @@ from dashboards.context import Viewer
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
 from warehouse.analytics import explain, fleet
+from warehouse.analytics.tenancy import owns
 from warehouse.ledger import Hours, cost_breakdown, job_costs, load_price_book
 
 #: The line a tenant or user without a name is shown under (as the ledger shows it).
@@ -105,7 +106,7 @@ def tree(filters: Filters, viewer: Viewer) -> dict[str, Any]:
 
 
 def _within(tenant: str, scope: str | None) -> bool:
-    return scope is None or tenant == scope or tenant.startswith(scope + "/")
+    return scope is None or owns(scope, tenant)
 
 
 def quotas(filters: Filters, viewer: Viewer) -> dict[str, Any]:

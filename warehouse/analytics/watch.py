@@ -16,8 +16,14 @@ from collections.abc import Sequence
 import polars as pl
 
 from warehouse import queries
-from warehouse.analytics import queues
-from warehouse.analytics.explain import EPS, PoolPosition, Reason, pool_position, waiting_reasons
+from warehouse.analytics.explain import (
+    EPS,
+    PoolPosition,
+    Reason,
+    pool_position,
+    waiting_at,
+    waiting_reasons,
+)
 from warehouse.analytics.fragmentation import free_state
 from warehouse.client import Warehouse
 
@@ -56,17 +62,6 @@ def unhealthy_gpus(
         xid_window_s=xid_window_s,
         all_xids=xids is None,
         xids=sorted(xids or ()),
-    )
-
-
-def waiting_at(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFrame:
-    """The job attempts of ``cluster`` waiting at ``at`` (queued at or before it, not yet
-    started or ended): the columns of :func:`warehouse.analytics.queues.attempts`."""
-    rows = queues.attempts(wh, cluster, at, at + dt.timedelta(milliseconds=1))
-    return rows.filter(
-        pl.col("queued_ts").is_not_null()
-        & (pl.col("queued_ts") <= at)
-        & (pl.col("left_queue_ts").is_null() | (pl.col("left_queue_ts") > at))
     )
 
 

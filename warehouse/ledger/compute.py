@@ -31,7 +31,7 @@ import polars as pl
 from warehouse import queries
 from warehouse.analytics import fleet
 from warehouse.analytics.fragmentation import stranded_gpu_hours
-from warehouse.analytics.tenancy import in_tenant
+from warehouse.analytics.tenancy import in_tenant, owns
 from warehouse.client import Warehouse
 from warehouse.ledger.energy import energy_cost
 from warehouse.ledger.pricing import (
@@ -503,7 +503,7 @@ def compute_ledger(
 
 def _energy_of(report: EnergyReport, tenant: str) -> EnergyReport:
     """A tenant's or org's energy rows alone (their unpriced energy is not told apart)."""
-    rows = tuple(r for r in report.rows if r.key == tenant or r.key.startswith(tenant + "/"))
+    rows = tuple(r for r in report.rows if owns(tenant, r.key))
     return EnergyReport(
         rows,
         sum((r.energy_kwh for r in rows), 0.0),

@@ -23,6 +23,7 @@ from typing import Any
 
 import polars as pl
 
+from warehouse.analytics.tenancy import owns
 from warehouse.client import Warehouse
 from warehouse.ledger.compute import build_ledger, in_tenant, priced_inputs
 from warehouse.ledger.pricing import (
@@ -249,7 +250,7 @@ def month_cost(
         currency=prices.currency,
     )
     if tenant:  # an org is all of its projects
-        rows = [r for r in whole.rows if r.key == tenant or r.key.startswith(tenant + "/")]
+        rows = [r for r in whole.rows if owns(tenant, r.key)]
         shared = sum((r.shared_cost for r in rows), Decimal(0))
         total = sum((r.total_cost for r in rows), Decimal(0))
         usage = usage.filter(in_tenant(tenant))

@@ -119,6 +119,24 @@ def test_fleet_hourly_matches_the_hand_computed_table(fleet: Warehouse) -> None:
     assert round(half["allocated_gpus"][-1], 6) == 0.25
 
 
+def test_the_fleet_by_pool_and_model_counts_only_their_gpus(fleet: Warehouse) -> None:
+    whole = fleet_view.fleet_hourly(fleet, "c1", H10, NOW)
+    assert fleet_view.fleet_hourly(fleet, "c1", H10, NOW, gpu_model="H100").equals(whole)
+    assert fleet_view.fleet_hourly(fleet, "c1", H10, NOW, gpu_model="A100").is_empty()
+    assert fleet_view.fleet_hourly(fleet, "c1", H10, NOW, pool="p9").is_empty()
+    # GPU-b moves to pool p2: p1's hours count GPU-a alone (util 0.60), p2's GPU-b alone
+    Ingestor(fleet, 35, now=lambda: NOW).write_gpus(
+        [GpuInventory(NOW, "c1", "p2", "n1", "GPU-b", 1, "H100")]
+    )
+    p1 = fleet_view.fleet_hourly(fleet, "c1", H10, NOW, pool="p1")
+    assert p1["capacity_gpus"].to_list() == [1, 1, 1]
+    assert [round(v, 4) for v in p1["used_gpus"].to_list()] == [0.6, 0.6, 0.6]
+    p2 = fleet_view.fleet_hourly(fleet, "c1", H10, NOW, pool="p2")
+    assert [round(v, 4) for v in p2["used_gpus"].to_list()] == [0.1, 0.1, 0.1]
+    assert fleet_view.fleet_summary(fleet, "c1", pool="p2").rows() == [("H100", "healthy", 1, 1.0)]
+    assert fleet_view.fleet_summary(fleet, "c1", gpu_model="A100").is_empty()
+
+
 def test_fleet_summary_and_clusters(fleet: Warehouse) -> None:
     summary = fleet_view.fleet_summary(fleet, "c1")
     assert summary.rows() == [("H100", "healthy", 2, 2.0)]

@@ -90,10 +90,9 @@ def _now(filters: Filters, viewer: Viewer, report: IdleReport) -> Now:
 
 
 def _inventory(filters: Filters) -> pl.DataFrame:
-    frame = fleet.fleet_summary(context.get().wh, cluster_of(filters))
-    if filters.gpu_model:
-        frame = frame.filter(pl.col("gpu_model") == filters.gpu_model)
-    return frame
+    return fleet.fleet_summary(
+        context.get().wh, cluster_of(filters), pool=filters.pool, gpu_model=filters.gpu_model
+    )
 
 
 def overview(filters: Filters, viewer: Viewer) -> Overview:
@@ -105,7 +104,12 @@ def overview(filters: Filters, viewer: Viewer) -> Overview:
     if scope is None:
         window = filters.window
         hourly = fleet.fleet_hourly(
-            ctx.wh, cluster_of(filters), window.start, window.until(ctx.now())
+            ctx.wh,
+            cluster_of(filters),
+            window.start,
+            window.until(ctx.now()),
+            pool=filters.pool,
+            gpu_model=filters.gpu_model,
         )
         inventory = _inventory(filters)
     return Overview(

@@ -14,15 +14,28 @@ from warehouse.client import Warehouse
 from warehouse.queries import run
 
 
-def fleet_hourly(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
-    """Per hour: capacity_gpus, allocated_gpus, used_gpus of ``cluster`` ('' for all; see
-    ``sql/fleet_hourly.sql``)."""
-    return run(wh, "fleet_hourly", cluster=cluster, start=start, end=end)
+def fleet_hourly(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    pool: str = "",
+    gpu_model: str = "",
+) -> pl.DataFrame:
+    """Per hour: capacity_gpus, allocated_gpus, used_gpus of ``cluster``, ``pool`` and
+    ``gpu_model`` ('' for all; see ``sql/fleet_hourly.sql``)."""
+    return run(
+        wh, "fleet_hourly", cluster=cluster, pool=pool, gpu_model=gpu_model, start=start, end=end
+    )
 
 
-def fleet_summary(wh: Warehouse, cluster: str) -> pl.DataFrame:
-    """GPUs in inventory now, by model and health, of ``cluster`` ('' for all)."""
-    return run(wh, "fleet_summary", cluster=cluster)
+def fleet_summary(
+    wh: Warehouse, cluster: str, *, pool: str = "", gpu_model: str = ""
+) -> pl.DataFrame:
+    """GPUs in inventory now, by model and health, of ``cluster``, ``pool`` and ``gpu_model``
+    ('' for all)."""
+    return run(wh, "fleet_summary", cluster=cluster, pool=pool, gpu_model=gpu_model)
 
 
 def known_clusters(wh: Warehouse) -> list[str]:

@@ -38,11 +38,12 @@ focus-venv:
 	done; \
 	echo "focus-venv: no Python >= 3.12 here: the FOCUS validator's test will be skipped"
 
-# two workers, each with an embedded engine of its own (one process owns a data directory, so
-# they share none); a test file's module fixtures stay in one worker (loadfile)
+# three workers on two cores (many tests wait on a child process or the browser), each with an
+# embedded engine of its own (one process owns a data directory, so they share none); a test
+# file's module fixtures stay in one worker (loadfile)
 test: $(STAMP) chromium focus-venv
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=25
+	$(BIN)/python -m pytest -n 3 --dist loadfile --durations=25
 
 bench: $(STAMP)
 	command -v promtool >/dev/null || { apt-get update -qq && apt-get install -y -qq prometheus; }

@@ -7,7 +7,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -49,6 +52,27 @@ def _slow_upload(url: str, token: str, n: int) -> socket.socket:
     return conn
 
 
+@contextmanager
+def _trickling(conns: list[socket.socket]) -> Iterator[None]:
+    """A byte of each body every half second, so that the server's read of it never times
+    out (its socket timeout would give the slot back while a loaded machine is slow)."""
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(0.5):
+            for conn in conns:
+                with suppress(OSError):  # the server gave up on it: the assertions below tell
+                    conn.sendall(b"x")
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _answered(conn: socket.socket) -> bytes:
     """What the server said to a slow upload so far (nothing, while it holds its slot)."""
     conn.setblocking(False)
@@ -86,20 +110,21 @@ def test_one_body_more_than_the_slots_is_told_to_come_back(
         assert post("before").status_code == 202
         slow = [_slow_upload(url, token, n) for n in range(SLOTS)]
         try:
-            deadline = time.monotonic() + 60
-            tries = 0
-            while (reply := post(f"during-{tries}")).status_code == 202:  # until both hold one
-                tries += 1
-                assert time.monotonic() < deadline, [_answered(conn) for conn in slow]
-                time.sleep(0.05)
-            assert reply.status_code == 503
-            assert reply.headers["Retry-After"] == "30"
-            assert reply.json()["error"] == (
-                f"the server is reading {SLOTS} other batches (server.max_concurrent_bodies): "
-                "send this one again later"
-            )
-            assert _busy_count(url) == 1
-            assert requests.get(f"{url}/healthz", timeout=30).status_code == 200
+            with _trickling(slow):
+                deadline = time.monotonic() + 60
+                tries = 0
+                while (reply := post(f"during-{tries}")).status_code == 202:  # until both hold one
+                    tries += 1
+                    assert time.monotonic() < deadline, [_answered(conn) for conn in slow]
+                    time.sleep(0.05)
+                assert reply.status_code == 503
+                assert reply.headers["Retry-After"] == "30"
+                assert reply.json()["error"] == (
+                    f"the server is reading {SLOTS} other batches (server.max_concurrent_bodies): "
+                    "send this one again later"
+                )
+                assert _busy_count(url) == 1
+                assert requests.get(f"{url}/healthz", timeout=30).status_code == 200
         finally:
             for conn in slow:
                 conn.close()  # the server's read fails, and its slot is given back

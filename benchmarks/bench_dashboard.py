@@ -4,7 +4,8 @@ are registered).
 
 The warehouse is the demo's own (``gpuledger demo --no-serve``: the simulated cluster through
 validation and ingest, rollups filled by the engine), ``full``: 30 days of the demo's 1,024-GPU
-configuration; ``small``: 64 GPUs x 3 days, for a quick check. Its finished days are sealed
+configuration; ``medium``: 256 GPUs x 30 days (about a quarter of the work); ``small``: 64 GPUs
+x 3 days, for a quick check. Its finished days are sealed
 (``gpuledger seal``), as the server's sealer would have done, and that sealer is off while
 measuring. Then, logged in as a manager through the login form, each page is loaded
 ``--rounds`` times with the shared filters on the last 30 days, as Dash's renderer loads it
@@ -13,12 +14,16 @@ callback of ``/_dash-dependencies`` that fires, predecessors first, fed with wha
 returned), and in each round each button of the page is clicked once and each grid's first
 row selected. One warm-up round is not counted.
 
-Printed and written to ``benchmarks/out/dashboard.json``: p50/p95 per page (its callbacks'
+Each page is measured twice (``--modes``): ``computed``, the server keeping no answer
+(``server.dashboard_cache_s = 0``: every load computes), and ``kept``, with the server's default
+answer cache (:mod:`dashboards.cache`), whose warm-up round is the cold one.
+
+Printed and written to ``benchmarks/out/dashboard.json``: per mode, p50/p95 per page (its callbacks'
 answers pooled, and the whole load: every request of it one after the other) and per
 callback, flagging every callback over 300 ms at p95; the callbacks no load fired; any that
 failed.
 
-Run alone with ``python -m benchmarks.bench_dashboard --scale small|full [--rounds N]
+Run alone with ``python -m benchmarks.bench_dashboard --scale small|medium|full [--rounds N]
 [--keep DIR]`` (``--keep``: build the warehouse in DIR, or reuse the one built there before
 at the same scale: building the full one takes most of an hour).
 """
@@ -59,7 +64,7 @@ class Scale:
     rounds: int
 
 
-SCALES = {"full": Scale(1024, 30, 20), "small": Scale(64, 3, 10)}
+SCALES = {"full": Scale(1024, 30, 20), "medium": Scale(256, 30, 10), "small": Scale(64, 3, 10)}
 
 
 def _env() -> dict[str, str]:
@@ -125,13 +130,15 @@ def build(data: Path, sc: Scale) -> dict[str, Any]:
     return made
 
 
-def serve(data: Path, port: int) -> subprocess.Popen[bytes]:
-    """`gpuledger serve` over ``data``, once its /healthz answers."""
+def serve(data: Path, port: int, cache_s: float) -> subprocess.Popen[bytes]:
+    """`gpuledger serve` over ``data`` keeping the pages' answers ``cache_s`` seconds (0: none),
+    once its /healthz answers."""
     command = [sys.executable, "-m", "gpuledger.cli", "serve", "--port", str(port)]
+    env = {**_env(), "GPULEDGER_SERVER__DASHBOARD_CACHE_S": str(cache_s)}
     with (data / "bench-serve.log").open("wb") as log:  # the child keeps its own copy
         proc = subprocess.Popen(
             [*command, "--data-dir", str(data)],
-            env=_env(),
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=log,
         )
@@ -257,30 +264,47 @@ def show(result: dict[str, Any]) -> Iterator[str]:
         yield f"FAILED {f['status']}: {_name(f['callback'])} ({f['page']})"
 
 
-def run(scale: str = "full", rounds: int | None = None, keep: Path | None = None) -> dict[str, Any]:
+#: The two ways a page is measured: computed at every load (``server.dashboard_cache_s`` 0),
+#: and with the server's default answer cache (its first round is the cold one, not counted).
+MODES = {"computed": 0.0, "kept": 300.0}
+
+
+def measure(data: Path, made: dict[str, Any], rounds: int, cache_s: float) -> dict[str, Any]:
+    """One `gpuledger serve` over ``data`` with the answer cache at ``cache_s``, replayed."""
+    port = _port()
+    server = serve(data, port, cache_s)
+    try:
+        return replay(
+            f"http://127.0.0.1:{port}",
+            rounds,
+            made["template_values"],
+            dt.datetime.now(dt.UTC).date(),
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
+
+
+def run(
+    scale: str = "full",
+    rounds: int | None = None,
+    keep: Path | None = None,
+    modes: Sequence[str] = tuple(MODES),
+) -> dict[str, Any]:
     sc = SCALES[scale]
     data = keep or Path(tempfile.mkdtemp(prefix="gpuledger-bench-dashboard-", dir="/var/tmp"))
     data.mkdir(parents=True, exist_ok=True)
     try:
         made = build(data, sc)
-        port = _port()
-        server = serve(data, port)
-        try:
-            result = replay(
-                f"http://127.0.0.1:{port}",
-                rounds or sc.rounds,
-                made["template_values"],
-                dt.datetime.now(dt.UTC).date(),
-            )
-        finally:
-            server.terminate()
-            server.wait(timeout=120)
+        measured = {mode: measure(data, made, rounds or sc.rounds, MODES[mode]) for mode in modes}
     finally:
         if keep is None:
             shutil.rmtree(data, ignore_errors=True)
-    result = {"scale": scale, "gpus": sc.gpus, "days": sc.days, "warehouse": made, **result}
-    for line in show(result):
-        print(line, flush=True)
+    result = {"scale": scale, "gpus": sc.gpus, "days": sc.days, "warehouse": made, **measured}
+    for mode in modes:
+        print(f"-- {mode}: answer cache {MODES[mode]:g} s", flush=True)
+        for line in show(result[mode]):
+            print(line, flush=True)
     OUT.mkdir(exist_ok=True)
     (OUT / "dashboard.json").write_text(json.dumps(result, indent=2))
     return result
@@ -291,9 +315,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", choices=sorted(SCALES), default="full")
     parser.add_argument("--rounds", type=int, help="page loads measured per page")
     parser.add_argument("--keep", type=Path, help="build (or reuse) the warehouse here")
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="computed (every load computes), kept (the default answer cache), or both",
+    )
     args = parser.parse_args(argv)
-    result = run(args.scale, args.rounds, args.keep)
-    return 1 if result["failed"] else 0
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        parser.error(f"--modes {','.join(unknown)}: pick from {', '.join(MODES)}")
+    result = run(args.scale, args.rounds, args.keep, modes)
+    return 1 if any(result[m]["failed"] for m in modes) else 0
 
 
 if __name__ == "__main__":

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Hashable
+from typing import TypeVar
 
+from dashboards.cache import AnswerCache
 from gpuledger_errors import GpuledgerError
 from warehouse.analytics.tenancy import owns
 from warehouse.client import Warehouse
@@ -65,6 +68,8 @@ class Context:
     viewer: Callable[[], Viewer | None] = lambda: EVERYONE
     #: The clock; every callback reads "now" here so a test or a replay can pin it.
     now: Callable[[], dt.datetime] = _utc_now
+    #: The pages' answers kept a short while (see :mod:`dashboards.cache`); None: none kept.
+    answers: AnswerCache | None = None
 
 
 _current: Context | None = None
@@ -88,3 +93,19 @@ def viewer() -> Viewer:
     if who is None:
         raise Forbidden("log in to see this")
     return who
+
+
+T = TypeVar("T")
+
+
+def ask(fn: Callable[..., T], filters: Hashable, viewer: Viewer, *rest: Hashable) -> T:
+    """``fn(filters, viewer, *rest)`` for a page, through the answer cache when there is one:
+    kept under ``fn``, the filters, the tenant ``viewer`` is limited to and the one it is
+    shown for them, and ``rest``. An answer never depends on who within a scope asks, so the
+    first asker's call computes it for all of them; a refusal comes before any lookup."""
+    cache = get().answers
+    if cache is None:
+        return fn(filters, viewer, *rest)
+    scope = viewer.scope(getattr(filters, "tenant", None))
+    key = (f"{fn.__module__}.{fn.__qualname__}", filters, viewer.tenant, scope, rest)
+    return cache.get(key, functools.partial(fn, filters, viewer, *rest))

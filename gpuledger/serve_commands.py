@@ -110,6 +110,7 @@ def _viewer() -> Any:
 def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
     from dashboards.app import create_app
+    from dashboards.cache import AnswerCache, keep_refreshed
     from gpuledger.login import protect, session_key
     from gpuledger.server import register
     from gpuledger.tokens import TokenBook, TokenStore
@@ -156,12 +157,14 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         max_bytes=s.spool_max_bytes,
         dedup_window_s=s.dedup_window_s,
     )
+    answers = AnswerCache(s.dashboard_cache_s) if s.dashboard_cache_s else None
     app = create_app(
         wh,
         idle=idle_rule(settings),
         currency=settings.ledger.currency,
         idle_policy=settings.ledger.idle_policy,
         viewer=None if users is None else _viewer,
+        answers=answers,
     )
     register(
         app.server,
@@ -206,6 +209,9 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
             s.host,
         )
     forwarding = _start_forwarding(wh, settings)
+    refreshing = threading.Event()
+    if answers is not None:
+        keep_refreshed(answers, refreshing)
     url = f"{'https' if tls else 'http'}://{s.host}:{s.port}"
     print(
         f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
@@ -216,6 +222,7 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         with contextlib.suppress(SystemExit, KeyboardInterrupt):
             server.start()
     finally:
+        refreshing.set()
         if forwarding is not None:
             forwarding.close()
         _stop_http(server)

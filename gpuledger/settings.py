@@ -222,12 +222,20 @@ class ServerSettings:
     #: Ingest bodies read and decoded at once (each up to max_body_bytes, and more decoded);
     #: one more is answered 503 with Retry-After, and its agent sends it again later.
     max_concurrent_bodies: int = 4
+    #: The dashboard pages' answers are kept this long (seconds: a page's figures are at most
+    #: this old), and those asked for lately are computed again in the background before they
+    #: age out; 0: every page load computes afresh. The JSON API always computes afresh.
+    dashboard_cache_s: float = 300.0
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
             raise SettingsError(f"server.port {self.port} is not a TCP port (1-65535)")
         if not 1 <= self.threads <= 256:
             raise SettingsError(f"server.threads {self.threads} must be 1 to 256")
+        if not 0 <= self.dashboard_cache_s <= 3600:
+            raise SettingsError(
+                f"server.dashboard_cache_s {self.dashboard_cache_s} must be 0 (off) to 3600"
+            )
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise SettingsError(
                 "server.tls_cert_file and server.tls_key_file go together: give both for "

@@ -31,7 +31,7 @@ from dash.development.base_component import Component
 from dashboards import widgets
 from dashboards.answers import capacity as answers
 from dashboards.answers.instant import at_of, one_cluster
-from dashboards.context import Forbidden
+from dashboards.context import Forbidden, ask
 from gpuledger_errors import InputError
 
 dash.register_page(
@@ -111,8 +111,8 @@ def _inventory(state: str | None) -> tuple[Any, ...]:
     try:
         filters, who = widgets.asked(state)
         at = at_of(filters)
-        inventory = answers.inventory(filters, who)
-        sick = answers.unhealthy(filters, who)
+        inventory = ask(answers.inventory, filters, who)
+        sick = ask(answers.unhealthy, filters, who)
         cluster = one_cluster(filters)
     except (Forbidden, InputError) as exc:
         return widgets.message(str(exc), "error"), [], "", ""
@@ -151,7 +151,7 @@ def _heatmap(state: str | None, metric: str | None) -> go.Figure:
     """Node x GPU: the allocated share or the utilisation of each GPU over the hour."""
     try:
         filters, who = widgets.asked(state)
-        hour, grid = answers.grid(filters, who)
+        hour, grid = ask(answers.grid, filters, who)
     except (Forbidden, InputError) as exc:
         return widgets.blank(str(exc))
     if not grid.height:
@@ -231,7 +231,7 @@ def _stranded(state: str | None) -> tuple[Component, go.Figure, Component]:
     """The largest job that fits per model now, stranded GPUs over the range, by tenant."""
     try:
         filters, who = widgets.asked(state)
-        found = answers.stranded(filters, who)
+        found = ask(answers.stranded, filters, who)
     except (Forbidden, InputError) as exc:
         return widgets.message(str(exc), "error"), widgets.blank(""), html.Div()
     report = found.report

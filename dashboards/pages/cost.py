@@ -20,7 +20,7 @@ from dash.development.base_component import Component
 from dashboards import grids, widgets
 from dashboards.answers import cost as cost_answers
 from dashboards.answers import ledger as ledger_answers
-from dashboards.context import Forbidden
+from dashboards.context import Forbidden, ask
 from dashboards.downloads import table
 from gpuledger_errors import InputError
 from warehouse.ledger import CostChange, Ledger
@@ -149,7 +149,7 @@ def _ledger(state: str | None) -> tuple[Any, ...]:
     """The ledger of the range for the viewer, by the filters' grouping and idle policy."""
     try:
         filters, who = widgets.asked(state)
-        ledger = ledger_answers.ledger(filters, who)
+        ledger = ask(ledger_answers.ledger, filters, who)
     except (Forbidden, InputError) as exc:
         return [], widgets.message(str(exc)), _figure(), dash.no_update, [], {}
     columns = _columns(ledger.group_by, ledger.currency)
@@ -193,7 +193,7 @@ def _change(state: str | None) -> tuple[Any, go.Figure]:
     """Why the cost of the range's last month differs from the month before."""
     try:
         filters, who = widgets.asked(state)
-        change = cost_answers.change(filters, who)
+        change = ask(cost_answers.change, filters, who)
     except (Forbidden, InputError) as exc:
         return widgets.message(str(exc)), _figure()
     lines = change.to_text().splitlines()

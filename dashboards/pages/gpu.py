@@ -14,7 +14,8 @@ from plotly.subplots import make_subplots
 
 from dashboards import widgets
 from dashboards.answers.gpu import GpuView, gpu_view
-from dashboards.context import Forbidden
+from dashboards.context import Forbidden, Viewer, ask
+from dashboards.filters import Filters
 from gpuledger_errors import InputError
 
 dash.register_page(__name__, path_template="/gpu/<uuid>", name="GPU", title="gpuledger — one GPU")
@@ -134,6 +135,11 @@ def telemetry(view: GpuView) -> go.Figure:
     return fig
 
 
+def _view(filters: Filters, who: Viewer, uuid: str) -> GpuView:
+    """The GPU page's answer, in the order the answer cache asks (filters, viewer, rest)."""
+    return gpu_view(uuid, filters, who)
+
+
 @callback(
     Output("gpu-message", "children"),
     Output("gpu-identity", "children"),
@@ -147,7 +153,7 @@ def _refresh(state: str | None, uuid: str | None) -> tuple[Any, ...]:
     """The GPU's figures for the viewer and the shared filters."""
     try:
         filters, who = widgets.asked(state)
-        view = gpu_view(uuid or "", filters, who)
+        view = ask(_view, filters, who, uuid or "")
     except (Forbidden, InputError) as exc:
         blank = widgets.blank(str(exc))
         return widgets.refusal(exc), [], blank, [], blank

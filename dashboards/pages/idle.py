@@ -14,7 +14,7 @@ from dash import Input, Output, callback, dcc, html
 
 from dashboards import context, widgets
 from dashboards.answers import idle as idle_answers
-from dashboards.context import Forbidden
+from dashboards.context import Forbidden, ask
 from gpuledger_errors import InputError
 from warehouse.ledger import IdleReport
 
@@ -156,7 +156,7 @@ def _refresh(state: str | None) -> tuple[Any, ...]:
     )
     try:
         filters, who = widgets.asked(state)
-        report = idle_answers.report(filters, who)
+        report = ask(idle_answers.report, filters, who)
     except (Forbidden, InputError) as exc:
         return widgets.refusal(exc), told, [], [], widgets.blank(str(exc)), []
     empty = (

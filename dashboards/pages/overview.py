@@ -16,7 +16,8 @@ from dash import Input, Output, callback, dcc, html
 from dashboards import widgets
 from dashboards.answers.findings import Finding, top_findings
 from dashboards.answers.overview import Overview, overview
-from dashboards.context import Forbidden
+from dashboards.context import Forbidden, Viewer, ask
+from dashboards.filters import Filters
 from gpuledger_errors import InputError
 
 dash.register_page(__name__, path="/", name="Overview", title="gpuledger — fleet overview")
@@ -133,6 +134,12 @@ def findings(found: list[Finding]) -> list[html.Li]:
     return [html.Li(f.text, className=f"finding finding-{f.kind}") for f in found]
 
 
+def _answers(filters: Filters, who: Viewer) -> tuple[Overview, list[Finding]]:
+    """The overview and its findings, one answer (the findings read the overview's idle GPUs)."""
+    o = overview(filters, who)
+    return o, top_findings(filters, who, idle_now=o.idle.now, cost=o.cost)
+
+
 @callback(
     Output("overview-message", "children"),
     Output("overview-findings", "children"),
@@ -146,8 +153,7 @@ def _refresh(state: str | None) -> tuple[Any, ...]:
     """The overview for the viewer and the shared filters."""
     try:
         filters, who = widgets.asked(state)
-        o = overview(filters, who)
-        found = top_findings(filters, who, idle_now=o.idle.now, cost=o.cost)
+        o, found = ask(_answers, filters, who)
     except (Forbidden, InputError) as exc:
         return widgets.refusal(exc), [], [], [], widgets.blank(str(exc)), ""
     return "", findings(found), kpis(o), cost(o), timeseries(o), inventory(o)

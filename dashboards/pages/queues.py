@@ -29,7 +29,7 @@ from dash.development.base_component import Component
 
 from dashboards import widgets
 from dashboards.answers import queues as answers
-from dashboards.context import Forbidden
+from dashboards.context import Forbidden, ask
 from gpuledger_errors import InputError
 from warehouse.analytics import pending
 from warehouse.analytics.queues import GROUPS, QueueReport
@@ -118,7 +118,7 @@ def _waits(state: str | None, by: str | None) -> tuple[Any, ...]:
     by = by if by in GROUPS else "tenant"
     try:
         filters, who = widgets.asked(state)
-        found = answers.report(filters, who, by)
+        found = ask(answers.report, filters, who, by)
     except (Forbidden, InputError) as exc:
         error = widgets.message(str(exc), "error")
         return error, [], widgets.blank(""), "", "", "", ""
@@ -231,7 +231,7 @@ def _pending(state: str | None) -> tuple[Component, Component]:
     """The jobs waiting at the range's end, with why each waits."""
     try:
         filters, who = widgets.asked(state)
-        jobs = answers.waiting(filters, who)
+        jobs = ask(answers.waiting, filters, who)
     except (Forbidden, InputError) as exc:
         return widgets.message(str(exc), "error"), html.Div()
     if not jobs:

@@ -17,7 +17,7 @@ from dash import Input, Output, callback, dcc, html
 
 from dashboards import grids, widgets
 from dashboards.answers import tenants as answers
-from dashboards.context import Forbidden
+from dashboards.context import Forbidden, ask
 from gpuledger_errors import InputError
 
 dash.register_page(__name__, path="/tenants", name="Tenants", title="gpuledger — tenants")
@@ -173,7 +173,7 @@ def _tree(state: str | None) -> tuple[go.Figure, list[dict[str, Any]], Any]:
     """The tree of the tenants the viewer may see, in the window and filters."""
     try:
         filters, who = widgets.asked(state)
-        doc = answers.tree(filters, who)
+        doc = ask(answers.tree, filters, who)
     except (Forbidden, InputError) as exc:
         return _empty_figure(), [], widgets.message(str(exc))
     if not doc["rows"]:
@@ -207,7 +207,7 @@ def _quotas(state: str | None) -> tuple[list[dict[str, Any]], Any]:
     """Each visible tenant's quota position at the window's end (or now)."""
     try:
         filters, who = widgets.asked(state)
-        doc = answers.quotas(filters, who)
+        doc = ask(answers.quotas, filters, who)
     except (Forbidden, InputError) as exc:
         return [], widgets.message(str(exc))
     if not doc["rows"]:
@@ -247,7 +247,7 @@ def _jobs(
         filters, who = widgets.asked(state)
         if not (picked.get("tenant") or filters.tenant or who.tenant):
             return [], "Jobs", widgets.message("Pick a tenant in the table or the treemap above.")
-        doc = answers.jobs(filters, who, picked.get("tenant", ""), picked.get("user", ""))
+        doc = ask(answers.jobs, filters, who, picked.get("tenant", ""), picked.get("user", ""))
     except (Forbidden, InputError) as exc:
         return [], "Jobs", widgets.message(str(exc))
     title = f"Jobs of {doc['tenant']}" + (f" by {doc['user']}" if doc["user"] else "")

@@ -300,7 +300,13 @@ def run(
     finally:
         if keep is None:
             shutil.rmtree(data, ignore_errors=True)
-    result = {"scale": scale, "gpus": sc.gpus, "days": sc.days, "warehouse": made, **measured}
+    result: dict[str, Any] = {
+        "scale": scale,
+        "gpus": sc.gpus,
+        "days": sc.days,
+        "warehouse": made,
+        **measured,
+    }
     for mode in modes:
         print(f"-- {mode}: answer cache {MODES[mode]:g} s", flush=True)
         for line in show(result[mode]):

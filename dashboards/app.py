@@ -17,7 +17,7 @@ import dash
 from dash import Dash, Input, Output, State, dcc, html
 
 from dashboards import api, context, downloads
-from dashboards.context import Forbidden, Viewer
+from dashboards.context import Decide, Forbidden, Viewer
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
 from warehouse.analytics import fleet
@@ -36,12 +36,15 @@ def create_app(
     idle_policy: str = "weighted",
     viewer: Callable[[], Viewer | None] | None = None,
     now: Callable[[], dt.datetime] | None = None,
+    decide: Decide | None = None,
 ) -> Dash:
     """Build the app over ``wh``, judging idle time by ``idle`` and showing money in
     ``currency``. ``viewer`` says who asks in the request being answered (the shell's login;
-    without one, everyone sees everything: tests and ``serve --insecure``). Serve it with a
-    threaded server (never a forking one). The JSON API is registered on its Flask server."""
-    ctx = context.Context(wh, idle or IdleRule(), currency, idle_policy)
+    without one, everyone sees everything: tests and ``serve --insecure``); ``decide``
+    approves and rejects advice for an admin or a manager (without it, the alerts page offers
+    no buttons). Serve it with a threaded server (never a forking one). The JSON API is
+    registered on its Flask server."""
+    ctx = context.Context(wh, idle or IdleRule(), currency, idle_policy, decide=decide)
     if viewer is not None:
         ctx.viewer = viewer
     if now is not None:

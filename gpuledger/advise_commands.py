@@ -154,6 +154,15 @@ def _run(wh: Warehouse, settings: Settings, args: argparse.Namespace, who: str) 
     return 0
 
 
+def decide(wh: Warehouse, advice_id: str, verb: str, actor: str) -> str:
+    """Approve or reject ``advice_id`` as ``actor`` (audited under that name): its new status.
+    The dashboard's buttons call this once the page has checked that ``actor`` may."""
+    from scheduler_hooks import proposals
+
+    step = {"approve": proposals.approve, "reject": proposals.reject}[verb]
+    return step(wh, advice_id, actor=actor).status
+
+
 def _cluster_api(settings: Settings, args: argparse.Namespace) -> Cluster | None:
     if not args.kubeconfig:
         return None

@@ -110,6 +110,7 @@ def _viewer() -> Any:
 def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
     from dashboards.app import create_app
+    from gpuledger.advise_commands import decide
     from gpuledger.login import protect, session_key
     from gpuledger.server import register
     from gpuledger.tokens import TokenBook, TokenStore
@@ -162,6 +163,8 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         currency=settings.ledger.currency,
         idle_policy=settings.ledger.idle_policy,
         viewer=None if users is None else _viewer,
+        # advice is approved by a person who logged in: not under --insecure
+        decide=None if users is None else functools.partial(decide, wh),
     )
     register(
         app.server,

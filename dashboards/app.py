@@ -18,7 +18,7 @@ from dash import Dash, Input, Output, State, dcc, html
 
 from dashboards import api, context, downloads
 from dashboards.cache import AnswerCache
-from dashboards.context import Forbidden, Viewer
+from dashboards.context import Decide, Forbidden, Viewer
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
 from warehouse.analytics import fleet
@@ -38,13 +38,18 @@ def create_app(
     viewer: Callable[[], Viewer | None] | None = None,
     now: Callable[[], dt.datetime] | None = None,
     answers: AnswerCache | None = None,
+    decide: Decide | None = None,
 ) -> Dash:
     """Build the app over ``wh``, judging idle time by ``idle`` and showing money in
     ``currency``. ``viewer`` says who asks in the request being answered (the shell's login;
-    without one, everyone sees everything: tests and ``serve --insecure``). Serve it with a
-    threaded server (never a forking one). The JSON API is registered on its Flask server.
-    ``answers`` keeps the pages' answers a while (:mod:`dashboards.cache`; the API's never)."""
-    ctx = context.Context(wh, idle or IdleRule(), currency, idle_policy, answers=answers)
+    without one, everyone sees everything: tests and ``serve --insecure``); ``answers`` keeps
+    the pages' answers a while (:mod:`dashboards.cache`; the API's never); ``decide``
+    approves and rejects advice for an admin or a manager (without it, the alerts page offers
+    no buttons). Serve it with a threaded server (never a forking one). The JSON API is
+    registered on its Flask server."""
+    ctx = context.Context(
+        wh, idle or IdleRule(), currency, idle_policy, answers=answers, decide=decide
+    )
     if viewer is not None:
         ctx.viewer = viewer
     if now is not None:

@@ -37,6 +37,11 @@ class Viewer:
         """The org or org/project this viewer is limited to; None: sees every tenant."""
         return self.role.removeprefix("tenant:") if self.role.startswith("tenant:") else None
 
+    @property
+    def manages(self) -> bool:
+        """Whether this viewer may approve or reject advice: an admin or a manager."""
+        return self.role in MANAGING_ROLES
+
     def scope(self, asked: str | None = None) -> str | None:
         """The tenant the answer is limited to: what was ``asked`` (an org, org/project, or
         None for all) within what this viewer may see. Asking outside it is refused, never
@@ -49,6 +54,13 @@ class Viewer:
             return asked or mine
         raise Forbidden(f"{self.name} ({self.role}) may see the figures of tenant {mine} alone")
 
+
+#: The roles that may approve or reject advice (as on the command line).
+MANAGING_ROLES = ("admin", "manager")
+
+#: Approves or rejects advice: (advice id, "approve" or "reject", who) -> its new status. The
+#: shell hands in the scheduler hooks' approval path, which this package may not import.
+Decide = Callable[[str, str, str], str]
 
 #: A viewer for in-process use without the shell's login (tests of the pages, `--insecure`).
 EVERYONE = Viewer("(no login)", "admin")
@@ -70,6 +82,8 @@ class Context:
     now: Callable[[], dt.datetime] = _utc_now
     #: The pages' answers kept a short while (see :mod:`dashboards.cache`); None: none kept.
     answers: AnswerCache | None = None
+    #: How advice is approved or rejected; None: not from this app (no buttons).
+    decide: Decide | None = None
 
 
 _current: Context | None = None

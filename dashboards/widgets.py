@@ -57,21 +57,30 @@ def table(
     *,
     empty: str,
     height: int | None = None,
+    pick: bool = False,
 ) -> dag.AgGrid | html.P:
     """``frame``'s ``columns`` (name → header) as a sortable grid, durations (``_s``) in
-    words and times in UTC; ``empty`` in its place when it has no rows."""
+    words and times in UTC; ``empty`` in its place when it has no rows. With ``pick``, a click
+    selects one row (its ``selectedRows``)."""
     if not frame.height:
         return message(empty)
     names = [c for c in columns if c in frame.columns]
     rows = [{n: _cell(r[n], n) for n in names} for r in frame.select(names).iter_rows(named=True)]
     style = {"height": f"{height}px"} if height else {}
+    options: dict[str, Any] = {"domLayout": "autoHeight"} if not height else {}
+    if pick:
+        options["rowSelection"] = {
+            "mode": "singleRow",
+            "checkboxes": False,
+            "enableClickSelection": True,
+        }
     return dag.AgGrid(
         id=component_id,
         rowData=rows,
         columnDefs=[{"field": n, "headerName": columns[n]} for n in names],
         defaultColDef={"sortable": True, "resizable": True, "filter": True},
         columnSize="responsiveSizeToFit",
-        dashGridOptions={"domLayout": "autoHeight"} if not height else {},
+        dashGridOptions=options,
         style=style,
     )
 

@@ -4,11 +4,14 @@ scheduler; proposed into the warehouse, approved by a manager, applied only once
     gpuledger advise [--cluster C] [--at ISO] [--format text|json|kueue|volcano|slurm]
                      [--kubeconfig FILE] [--no-store] [--apply]
     gpuledger advise list [--cluster C] [--format text|json]
-    gpuledger advise approve|reject ID [--by NAME]
-    gpuledger advise apply ID --format kueue|volcano|slurm [--kubeconfig FILE] [--by NAME]
+    gpuledger advise approve|reject ID --user NAME [--password-stdin]
+    gpuledger advise apply ID --format kueue|volcano|slurm [--kubeconfig FILE] --user NAME
 
 Dry-run by default: rendering changes nothing in the scheduler; ``--apply`` (or ``advise
-apply ID``) applies approved advice only.
+apply ID``) applies approved advice only. Approving, rejecting and applying run as a gpuledger
+user of role admin or manager (``--user``, or ``scheduler.user``), whose password is asked for
+(:mod:`gpuledger.run_as`); each step, and each refusal, is in the audit log under that name.
+Showing and listing the advice needs no user.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuledger.audit_trail import os_user as _who
 from gpuledger.commands import _at, idle_rule, utc_now
+from gpuledger.run_as import log_in, named
 from gpuledger.settings import Settings
 from gpuledger_errors import InputError
 
@@ -33,6 +37,15 @@ if TYPE_CHECKING:
     from warehouse.client import Warehouse
 
 FORMATS = ("text", "json", "kueue", "volcano", "slurm")
+#: The roles that may approve, reject and apply advice.
+DECIDERS = ("admin", "manager")
+#: The actions that change advice (audited as ``advice.<action>``).
+_STEPS = ("approve", "reject", "apply")
+_BY_IS_GONE = (
+    "--by is gone: approving, rejecting and applying advice run as a gpuledger user of role "
+    "admin or manager: give --user NAME (its password is asked for, or read with "
+    "--password-stdin)"
+)
 
 
 log = logging.getLogger(__name__)
@@ -67,25 +80,66 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="apply the approved advice in force to the --format's scheduler",
     )
-    adv.add_argument("--by", help="who approves or applies (default: this user)")
+    adv.add_argument(
+        "--user",
+        help="approve, reject, apply, --apply: the gpuledger user, of role admin or manager, to "
+        "run as (default: scheduler.user, GPULEDGER_SCHEDULER__USER); its password is asked for",
+    )
+    adv.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the user's password from the first line of stdin",
+    )
+    adv.add_argument("--by", help=argparse.SUPPRESS)  # gone: refused, pointing at --user
 
 
 def cmd_advise(settings: Settings, args: argparse.Namespace) -> int:
     from gpuledger.app import open_warehouse
 
+    if args.by is not None:
+        raise InputError(_BY_IS_GONE)
+    if args.action in _STEPS and not args.id:
+        raise InputError(f"`gpuledger advise {args.action}` needs the advice's id: advise list")
+    step = _step(args)
+    name = named(settings.scheduler.user, step, DECIDERS, "scheduler.user") if step else ""
     wh = open_warehouse(settings)
     try:
-        return _run(wh, settings, args)
+        who = _logged_in(wh, settings, args, step, name) if step else _who()
+        return _run(wh, settings, args, who)
     finally:
         wh.close()
 
 
-def _run(wh: Warehouse, settings: Settings, args: argparse.Namespace) -> int:
+def _step(args: argparse.Namespace) -> str:
+    """What this command changes that needs a user (``advise approve``...), or ""."""
+    if args.action in _STEPS:
+        return f"advise {args.action}"
+    return "advise --apply" if args.apply and args.action == "show" else ""
+
+
+def _logged_in(
+    wh: Warehouse, settings: Settings, args: argparse.Namespace, step: str, name: str
+) -> str:
+    """The name of the user ``name`` once it has logged in as an admin or a manager; a
+    refusal is audited as ``advice.approve.denied`` (``.reject``, ``.apply``) on the advice."""
+    verb = args.action if args.action in _STEPS else "apply"
+    user = log_in(
+        settings,
+        wh,
+        name,
+        password_stdin=args.password_stdin,
+        what=step,
+        roles=DECIDERS,
+        action=f"advice.{verb}.denied",
+        obj=args.id or "",
+        detail=f"gpuledger {step}" + (f" {args.id}" if args.id else ""),
+    )
+    return user.name
+
+
+def _run(wh: Warehouse, settings: Settings, args: argparse.Namespace, who: str) -> int:
     from scheduler_hooks import proposals
 
-    who = args.by or _who()
-    if args.action in ("approve", "reject", "apply") and not args.id:
-        raise InputError(f"`gpuledger advise {args.action}` needs the advice's id: advise list")
     if args.action == "approve":
         done = proposals.approve(wh, args.id, actor=who)
     elif args.action == "reject":
@@ -98,6 +152,15 @@ def _run(wh: Warehouse, settings: Settings, args: argparse.Namespace) -> int:
         return _show(wh, settings, args, who)
     print(f"advice {done.advice_id}: {done.status} by {who}")
     return 0
+
+
+def decide(wh: Warehouse, advice_id: str, verb: str, actor: str) -> str:
+    """Approve or reject ``advice_id`` as ``actor`` (audited under that name): its new status.
+    The dashboard's buttons call this once the page has checked that ``actor`` may."""
+    from scheduler_hooks import proposals
+
+    step = {"approve": proposals.approve, "reject": proposals.reject}[verb]
+    return step(wh, advice_id, actor=actor).status
 
 
 def _cluster_api(settings: Settings, args: argparse.Namespace) -> Cluster | None:

@@ -17,6 +17,7 @@
     gpuledger report --month YYYY-MM [--tenant T] [--formats ...] [--out DIR]
     gpuledger alerts check [--format table|json] [--at ISO] | alerts list [--state open]
     gpuledger advise [list|approve ID|reject ID|apply ID] [--format ...] [--kubeconfig F]
+                     [--user NAME [--password-stdin]]
 
 Every command takes ``--config FILE``, ``--data-dir DIR``, ``--dsn DSN``, ``-v`` and
 ``--debug``, before or after its name. A :class:`gpuledger_errors.GpuledgerError` (a bad
@@ -80,8 +81,9 @@ def _settings(args: argparse.Namespace) -> Settings:
             overrides.setdefault("simulator", {})[key] = value
     if getattr(args, "port", None) is not None:
         overrides.setdefault("server", {})["port"] = args.port
-    if getattr(args, "user", None):
-        overrides.setdefault("sql", {})["user"] = args.user
+    if getattr(args, "user", None):  # who `sql --write` or `advise approve` runs as
+        section = "scheduler" if args.command == "advise" else "sql"
+        overrides.setdefault(section, {})["user"] = args.user
     return load_settings(args.config, overrides=overrides)
 
 

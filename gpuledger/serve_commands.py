@@ -111,6 +111,7 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
     from dashboards.app import create_app
     from dashboards.cache import AnswerCache, keep_refreshed
+    from gpuledger.advise_commands import decide
     from gpuledger.login import protect, session_key
     from gpuledger.server import register
     from gpuledger.tokens import TokenBook, TokenStore
@@ -165,6 +166,8 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         idle_policy=settings.ledger.idle_policy,
         viewer=None if users is None else _viewer,
         answers=answers,
+        # advice is approved by a person who logged in: not under --insecure
+        decide=None if users is None else functools.partial(decide, wh),
     )
     register(
         app.server,

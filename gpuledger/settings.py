@@ -651,6 +651,9 @@ class SchedulerSettings:
     integer_weight_scale: int = 2
     #: where `advise apply` finds sacctmgr, scontrol and scancel ("": on the PATH)
     slurm_bin_dir: str = ""
+    #: the gpuledger user (role admin or manager) that `advise approve|reject|apply` runs as,
+    #: asked for its password; `advise --user` overrides it (GPULEDGER_SCHEDULER__USER)
+    user: str = ""
 
     def validate(self) -> None:
         self.policy()

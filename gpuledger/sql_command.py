@@ -10,18 +10,18 @@ the audit log under that name.
 from __future__ import annotations
 
 import argparse
-import getpass
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from gpuledger.audit_trail import os_user
 from gpuledger.output import format_rows
+from gpuledger.run_as import audit, log_in, named
 from gpuledger.settings import Settings
-from gpuledger_errors import GpuledgerError, InputError
+from gpuledger_errors import InputError
 
 if TYPE_CHECKING:
     from warehouse.client import Warehouse
 
+_WHAT, _ROLES = "sql --write", ("admin",)
 #: The engine's error code for a statement refused under ``readonly``.
 _READONLY = 164
 _IS_READ_ONLY = (
@@ -40,16 +40,20 @@ def cmd_sql(
     from gpuledger.app import reading_warehouse
     from warehouse.client import WarehouseError
 
-    name = settings.sql.user
-    if args.write and not name:
-        raise InputError(
-            "sql --write runs as a gpuledger user of role admin: give --user NAME (or set "
-            "sql.user, GPULEDGER_SQL__USER); `gpuledger user list` shows the users"
-        )
+    name = named(settings.sql.user, _WHAT, _ROLES, "sql.user") if args.write else ""
     wh = reading_warehouse(settings, wh)
     out = sys.stdout if out is None else out
     if args.write:
-        _admit(settings, args, wh, name)
+        log_in(
+            settings,
+            wh,
+            name,
+            password_stdin=args.password_stdin,
+            what=_WHAT,
+            roles=_ROLES,
+            action="sql.write.denied",
+            detail=args.query,
+        )
     statement = _checked(wh, args, name)
     console = wh if args.write else wh.read_only()
     console.name_tables_unqualified()
@@ -57,7 +61,7 @@ def cmd_sql(
         columns, rows = console.table(statement)
     except WarehouseError as exc:
         if args.write:
-            _audit(wh, name, "sql.write", f"{args.query}\n-- {exc}", "failed")
+            audit(wh, name, "sql.write", f"{args.query}\n-- {exc}", "failed")
         if exc.name == "READONLY" or exc.code == _READONLY:
             raise InputError(_IS_READ_ONLY) from exc
         raise
@@ -65,33 +69,9 @@ def cmd_sql(
         if console is not wh:  # a client of its own: a serving process answers many
             console.close()
     if args.write:
-        _audit(wh, name, "sql.write", args.query, "ok")
+        audit(wh, name, "sql.write", args.query, "ok")
     out.write(format_rows(columns, rows, args.format))
     return 0
-
-
-def _admit(settings: Settings, args: argparse.Namespace, wh: Warehouse, name: str) -> None:
-    """Let ``name`` write when the password read is theirs and they are an admin; a refusal is
-    audited (``sql.write.denied``)."""
-    from gpuledger.users import AdminRefused, UserStore, admin
-
-    password = _password(args, name)
-    try:
-        admin(UserStore(settings.users_file), name, password, "sql --write")
-    except AdminRefused as exc:
-        _audit(wh, name, "sql.write.denied", f"{args.query}\n-- {exc}", "denied")
-        raise
-
-
-def _password(args: argparse.Namespace, name: str) -> str:
-    if args.password_stdin:
-        return sys.stdin.readline().rstrip("\n")
-    if sys.stdin.isatty():
-        return getpass.getpass(f"password of gpuledger user {name}: ")
-    raise InputError(
-        f"sql --write asks for the password of {name} on a terminal, and stdin is not one: "
-        "give it on stdin's first line with --password-stdin"
-    )
 
 
 def _checked(wh: Warehouse, args: argparse.Namespace, name: str) -> str:
@@ -108,18 +88,8 @@ def _checked(wh: Warehouse, args: argparse.Namespace, name: str) -> str:
             raise ConsoleRefusal(INLINE_DATA)
     except ConsoleRefusal as exc:
         if args.write:
-            _audit(wh, name, "sql.write.denied", f"{args.query}\n-- {exc}", "denied")
+            audit(wh, name, "sql.write.denied", f"{args.query}\n-- {exc}", "denied")
         raise
     finally:
         checker.close()
     return statement.text
-
-
-def _audit(wh: Warehouse, name: str, action: str, detail: str, outcome: str) -> None:
-    """The console's writes and refusals are on record, under the gpuledger user's name (and
-    the OS user's); a statement that dropped the audit log itself leaves a warning instead (and
-    the next command reports the drop)."""
-    try:
-        wh.audit(name, action, wh.database, f"{detail}\n-- OS user {os_user()}", outcome=outcome)
-    except GpuledgerError as exc:
-        print(f"gpuledger: warning: the audit log could not record this: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,29 +126,35 @@ def _verified(user: User | None, password: str) -> User | None:
     return user
 
 
-class AdminRefused(UserError):
-    """Who asked for something only an admin may do is not one (or gave a wrong password)."""
+class RoleRefused(UserError):
+    """Who asked for something only some roles may do has none of them (or gave a wrong
+    password, or there are no users)."""
 
 
-def admin(store: UserStore, name: str, password: str, what: str) -> User:
-    """The user ``name`` when ``password`` is theirs and their role is admin, else
-    :class:`AdminRefused` saying why, and what to do, for ``what`` (``sql --write``)."""
+def with_role(
+    store: UserStore, name: str, password: str, what: str, roles: Sequence[str] = ("admin",)
+) -> User:
+    """The user ``name`` when ``password`` is theirs and their role is one of ``roles``, else
+    :class:`RoleRefused` saying why, and what to do, for ``what`` (``sql --write``)."""
+    allowed = " or ".join(roles)
+    someone = " or ".join(f"an {r}" if r[0] in "aeiou" else f"a {r}" for r in roles)
+    add = f"`gpuledger user add NAME --role {roles[-1]}`"
     users = {u.name: u for u in store.users()}
     if not users:
-        raise AdminRefused(
-            f"{what} needs a gpuledger user of role admin, and there are no users yet "
-            f"({store.path}): add one with `gpuledger user add NAME --role admin`"
+        raise RoleRefused(
+            f"{what} needs a gpuledger user of role {allowed}, and there are no users yet "
+            f"({store.path}): add one with {add}"
         )
     user = _verified(users.get(name), password)
     if user is None:
-        raise AdminRefused(
+        raise RoleRefused(
             f"{what}: the user name {name!r} or its password is wrong; `gpuledger user list` "
             "shows the users"
         )
-    if user.role != "admin":
-        raise AdminRefused(
-            f"{what} needs role admin, and user {name} has role {user.role}: run it as an "
-            "admin, or add one with `gpuledger user add NAME --role admin`"
+    if user.role not in roles:
+        raise RoleRefused(
+            f"{what} needs role {allowed}, and user {name} has role {user.role}: run it as "
+            f"{someone}, or add one with {add}"
         )
     return user
 

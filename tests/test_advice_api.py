@@ -132,6 +132,9 @@ def test_the_command_line_proposes_renders_approves_and_applies(
         })
     )  # fmt: skip
     run = functools.partial(_cli, gpuledger_cmd, cli_env, data)
+    for name, role in (("mia", "manager"), ("vic", "tenant:ml/vision")):
+        run("user", "add", name, "--role", role, "--password-stdin", stdin=f"password-of-{name}\n")
+    as_mia = ["--user", "mia", "--password-stdin"]
     at = ["--at", af.T.isoformat()]
     first = json.loads(run("advise", "--format", "json", *at))
     (c1,) = first["clusters"]
@@ -149,31 +152,26 @@ def test_the_command_line_proposes_renders_approves_and_applies(
     }
     assert not [w for w in fake.writes if w[0] == "PATCH"]  # dry run: nothing patched
     lend = next(a["advice_id"] for a in c1["advice"] if a["kind"] == "lend_guarantee")
-    assert (
-        run("advise", "approve", lend, "--by", "mia").strip() == f"advice {lend}: approved by mia"
-    )
+    approved = run("advise", "approve", lend, *as_mia, stdin="password-of-mia\n")
+    assert approved.strip() == f"advice {lend}: approved by mia"
     run(
-        "advise", "apply", lend, "--format", "kueue", "--kubeconfig", str(kubeconfig), "--by", "ops"
-    )
+        "advise", "apply", lend, "--format", "kueue", "--kubeconfig", str(kubeconfig), *as_mia,
+        stdin="password-of-mia\n",
+    )  # fmt: skip
     cq = fake.get("clusterqueues", "ds-chat")["spec"]["resourceGroups"][0]["flavors"][0]
     assert cq["resources"][1]["lendingLimit"] == 1
     listed = run("advise", "list")
     assert lend not in listed and "reclaim" in listed
     audit = run("audit", "--action", "advice", "--format", "json")
     actions = {(e["action"], e["actor"]) for e in json.loads(audit)}
-    assert {("advice.approve", "mia"), ("advice.apply", "ops")} <= actions
+    assert {("advice.approve", "mia"), ("advice.apply", "mia")} <= actions
     bad = subprocess.run(
-        [*gpuledger_cmd, "advise", "apply", lend, "--format", "kueue", "--data-dir", str(data)],
-        cwd=ROOT, env=cli_env, capture_output=True, text=True,
+        [*gpuledger_cmd, "advise", "apply", lend, "--format", "kueue", *as_mia, "--data-dir",
+         str(data)],
+        cwd=ROOT, env=cli_env, input="password-of-mia\n", capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode == 2 and f"advice {lend} is applied" in bad.stderr
     # served: a logged-in tenant gets the advice about its own tenant alone
-    for name, role in (("mia", "manager"), ("vic", "tenant:ml/vision")):
-        subprocess.run(
-            [*gpuledger_cmd, "user", "add", name, "--role", role, "--password-stdin",
-             "--data-dir", str(data)],
-            cwd=ROOT, env=cli_env, input=f"password-of-{name}\n", text=True, check=True,
-        )  # fmt: skip
     with serving(gpuledger_cmd, cli_env, data) as url:
         assert requests.get(f"{url}/api/advice", timeout=30).status_code == 401
         seen = requests.get(f"{url}/api/advice", auth=("vic", "password-of-vic"), timeout=60).json()
@@ -191,9 +189,14 @@ def test_the_command_line_proposes_renders_approves_and_applies(
     ]
 
 
-def _cli(cmd: list[str], env: dict[str, str], data: Path, *args: str) -> str:
+def _cli(cmd: list[str], env: dict[str, str], data: Path, *args: str, stdin: str = "") -> str:
     got = subprocess.run(
-        [*cmd, *args, "--data-dir", str(data)], cwd=ROOT, env=env, capture_output=True, text=True
+        [*cmd, *args, "--data-dir", str(data)],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
     )
     assert got.returncode == 0, got.stderr
     return got.stdout

@@ -19,6 +19,7 @@ The fixture's history (T = the page's "now"):
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any
 
 import pytest
@@ -26,13 +27,15 @@ from dash_calls import call, grid_rows, text
 
 from dashboards.app import create_app
 from dashboards.context import Viewer
+from gpuledger.advise_commands import decide
 from warehouse.analytics import alerts
 from warehouse.client import Warehouse
 
 T = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
 H = dt.timedelta(hours=1)
 OUTPUTS = ["alerts-status.children", "alerts-open.children", "alerts-advice.children"]
-STATE = {"filters-state.data": f"?to={T.date()}"}  # its end is after T: "now" (T) rules
+#: its end is after T: "now" (T) rules; no advice approved or rejected on the page yet
+STATE = {"filters-state.data": f"?to={T.date()}", "alerts-decided.data": 0}
 
 ALERT_COLUMNS = ("ts", "alert_id", "rule", "severity", "state", "cluster", "tenant", "message")
 ALERT_TYPES = ("DateTime64(3, 'UTC')", *["String"] * 7)
@@ -141,5 +144,26 @@ def test_a_tenant_sees_its_own_and_no_other_tenants_name(history: Warehouse) -> 
 
 def test_a_forged_callback_for_another_tenant_is_refused(history: Warehouse) -> None:
     client = _client(history, Viewer("lead", "tenant:ml"))
-    got = text(call(client, OUTPUTS, {"filters-state.data": "?tenant=chem"}))
+    got = text(call(client, OUTPUTS, {**STATE, "filters-state.data": "?tenant=chem"}))
     assert "may see the figures of tenant" in got and "rowData" not in got
+
+
+def test_an_admin_or_a_manager_gets_the_buttons_and_a_tenant_none(history: Warehouse) -> None:
+    """The approve and reject buttons come with the advice for those who may use them (the
+    step's callback checks again: tests/test_advice_approve.py), never in the layout."""
+
+    def advice(who: Viewer, wired: bool = True) -> Any:
+        wiring = functools.partial(decide, history) if wired else None
+        app = create_app(history, viewer=lambda: who, now=lambda: T, decide=wiring)
+        return call(app.server.test_client(), OUTPUTS, STATE)["alerts-advice"]["children"]
+
+    for role in ("admin", "manager"):
+        buttons, grid = advice(Viewer("m", role))["props"]["children"]
+        assert {"alerts-approve", "alerts-reject"} <= {
+            c["props"].get("id") for c in buttons["props"]["children"]
+        }
+        assert "approve or reject it" in text(buttons)
+        assert [r["advice_id"] for r in grid_rows(grid)] == ["v3", "v1"]
+        assert grid["props"]["dashGridOptions"]["rowSelection"]["mode"] == "singleRow"
+    for shown in (advice(Viewer("lead", "tenant:ml")), advice(Viewer("m", "manager"), False)):
+        assert grid_rows(shown) and "alerts-approve" not in text(shown)

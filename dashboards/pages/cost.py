@@ -82,9 +82,7 @@ def layout(**_query: str) -> html.Div:
 
 
 def _figure(**layout: Any) -> go.Figure:
-    return go.Figure(
-        layout={"template": "plotly_white", "height": 360, "margin": _MARGIN, **layout}
-    )
+    return go.Figure(layout={"template": widgets.LOOK, "height": 360, "margin": _MARGIN, **layout})
 
 
 def _kpi(label: str, value: str) -> html.Div:

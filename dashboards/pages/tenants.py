@@ -116,7 +116,7 @@ def layout(**_query: str) -> html.Div:
 
 
 def _empty_figure() -> go.Figure:
-    return go.Figure(layout={"template": "plotly_white", "height": 420, "margin": _MARGIN})
+    return go.Figure(layout={"template": widgets.LOOK, "height": 420, "margin": _MARGIN})
 
 
 _MARGIN = {"l": 10, "r": 10, "t": 30, "b": 10}

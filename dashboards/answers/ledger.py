@@ -27,9 +27,13 @@ def cluster_of(filters: Filters) -> str:
     return filters.cluster
 
 
-def ledger(filters: Filters, viewer: Viewer, *, group_by: str | None = None) -> Ledger:
+def ledger(
+    filters: Filters, viewer: Viewer, *, group_by: str | None = None, stranded: bool = True
+) -> Ledger:
     """The window's ledger for ``viewer``: a tenant viewer gets its own lines alone (see
-    :func:`warehouse.ledger.compute_ledger`'s ``tenant``)."""
+    :func:`warehouse.ledger.compute_ledger`'s ``tenant``). ``stranded`` False leaves out the
+    stranded GPU-hours, which sample the cluster's fragmentation hour by hour (most of the
+    ledger's time over a month) for a figure only the JSON document and the CLI show."""
     ctx = context.get()
     only = {k: v for k, v in (("pool", filters.pool), ("gpu_model", filters.gpu_model)) if v}
     return compute_ledger(
@@ -43,9 +47,15 @@ def ledger(filters: Filters, viewer: Viewer, *, group_by: str | None = None) -> 
         cluster=cluster_of(filters),
         tenant=viewer.scope(filters.tenant),
         only=only or None,
+        stranded=stranded,
     )
 
 
 def answer(filters: Filters, viewer: Viewer, _params: Mapping[str, str]) -> dict[str, Any]:
     """``GET /api/v1/ledger?from=&to=&by=&idle_policy=&cluster=&tenant=&pool=&gpu_model=``."""
     return ledger(filters, viewer).to_json()
+
+
+def shown(filters: Filters, viewer: Viewer) -> Ledger:
+    """The ledger as the pages show it: without the stranded GPU-hours (see :func:`ledger`)."""
+    return ledger(filters, viewer, stranded=False)

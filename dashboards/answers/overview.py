@@ -60,8 +60,8 @@ def cost_to_date(filters: Filters, viewer: Viewer) -> CostToDate:
     first = _month_start(today)
     before = _month_start(first - dt.timedelta(days=1))
     same_last = min(before + (today - first), first - dt.timedelta(days=1))
-    mtd = ledger_answers.ledger(dataclasses.replace(filters, first=first, last=today), viewer)
-    prev = ledger_answers.ledger(dataclasses.replace(filters, first=before, last=same_last), viewer)
+    mtd = ledger_answers.shown(dataclasses.replace(filters, first=first, last=today), viewer)
+    prev = ledger_answers.shown(dataclasses.replace(filters, first=before, last=same_last), viewer)
     return CostToDate(mtd.totals.total_cost, prev.totals.total_cost, mtd.currency)
 
 

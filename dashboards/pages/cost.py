@@ -147,7 +147,7 @@ def _ledger(state: str | None) -> tuple[Any, ...]:
     """The ledger of the range for the viewer, by the filters' grouping and idle policy."""
     try:
         filters, who = widgets.asked(state)
-        ledger = ask(ledger_answers.ledger, filters, who)
+        ledger = ask(ledger_answers.shown, filters, who)
     except (Forbidden, InputError) as exc:
         return [], widgets.message(str(exc)), _figure(), dash.no_update, [], {}
     columns = _columns(ledger.group_by, ledger.currency)

@@ -1,6 +1,6 @@
 """`make bench`: ingest throughput (direct, and agents' batches through a server) and demo
-backfill time, on the embedded engine; then the other parts (the ledger at scale, the
-dashboard's callbacks).
+backfill time, on the embedded engine; then the other parts (the alert pass, the ledger at
+scale, the dashboard's callbacks).
 
 Prints one line per figure and writes them to ``benchmarks/out/results.json``.
 """
@@ -213,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import bench_admission
 
     results["admission"] = bench_admission.run(seconds=5 if args.quick else 20)
+    # The alert pass on a simulated cluster, rule by rule, and its read of the waiting queue.
+    from benchmarks import bench_alerts
+
+    results["alerts"] = bench_alerts.run(32 if args.quick else 256, 1 if args.quick else 7)
     # The ledger at scale: 30 days of 1,024 GPUs from raw and rollups, against polars on
     # Parquet and Prometheus on a subset (long: it builds the data set; see bench_ledger.py).
     from benchmarks import bench_ledger

@@ -13,12 +13,17 @@ from collections.abc import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from collector.sim.simulator import Simulator, SimulatorConfig
-from gpuledger.settings import Settings
+from gpuledger.settings import AlertSettings, Settings
 from warehouse import queries
 from warehouse.client import Warehouse, WarehouseError
 from warehouse.ingest.writer import Ingestor, IngestResult
 
 log = logging.getLogger(__name__)
+
+#: How often the demo evaluates the alert rules, seconds, at most (a shorter
+#: ``alerts.interval_s`` is kept; 0 keeps alerting off): its simulated cluster moves every few
+#: seconds, and whoever tries it should see alerts within a minute of the dashboard opening.
+ALERTS_INTERVAL_S = 30
 
 
 def _align(ts: dt.datetime, step_s: int) -> dt.datetime:
@@ -39,6 +44,7 @@ class DemoRun:
     ingestor: Ingestor
     sim: Simulator
     cluster: str
+    began: dt.datetime  # the simulation's first instant
     position: dt.datetime  # simulated time written so far (exclusive)
     result: IngestResult = dataclasses.field(default_factory=IngestResult)
     resumed_from: dt.datetime | None = None
@@ -80,13 +86,15 @@ class DemoRun:
             )
             for _ in sim.run(start, resume):
                 pass
-            run = cls(wh, ingestor, sim, s.cluster, position=resume, resumed_from=resume)
+            run = cls(
+                wh, ingestor, sim, s.cluster, began=start, position=resume, resumed_from=resume
+            )
         else:
             start = _align(now - dt.timedelta(days=s.days), 3600)
             _record_demo(wh, {**params, "start": start.isoformat()})
             cfg = sim.config_records()
             ingestor.write_config(cfg.tenants, cfg.tenant_rules, cfg.quotas, cfg.prices)
-            run = cls(wh, ingestor, sim, s.cluster, position=start)
+            run = cls(wh, ingestor, sim, s.cluster, began=start, position=start)
             progress(
                 f"backfilling {s.days:g} days of {s.gpus} simulated GPUs "
                 f"(cluster {s.cluster!r}, seed {s.seed}) from {start:%Y-%m-%d %H:%M} UTC"
@@ -145,3 +153,39 @@ def start_live(run: DemoRun, interval_s: int) -> BackgroundScheduler:
     )
     scheduler.start()
     return scheduler
+
+
+def demo_settings(settings: Settings, dashboard_url: str) -> Settings:
+    """The settings the demo's jobs run with: the alert rules every :data:`ALERTS_INTERVAL_S`
+    (see there) and, unless the settings name another address, links in notices to the demo's
+    own dashboard at ``dashboard_url``. The notifiers are the settings' own: by default the
+    log alone, which needs no network."""
+    a = settings.alerts
+    alerts = dataclasses.replace(
+        a,
+        interval_s=min(a.interval_s, ALERTS_INTERVAL_S),
+        dashboard_url=a.dashboard_url or dashboard_url,
+    )
+    return dataclasses.replace(settings, alerts=alerts)
+
+
+def report_month(start: dt.datetime, now: dt.datetime) -> str:
+    """The month whose chargeback the demo writes when it starts (YYYY-MM): the last month that
+    has ended, as the monthly job writes it, when the simulation reaches back into it; else (the
+    simulation began this month) this month so far, so that there is a chargeback to open."""
+    this_month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    if start < this_month:
+        return (this_month - dt.timedelta(days=1)).strftime("%Y-%m")
+    return this_month.strftime("%Y-%m")
+
+
+def alerts_text(alerts: AlertSettings, notifiers: list[str]) -> str:
+    """The demo's line about alerting, for its start-up output."""
+    if not alerts.interval_s:
+        return "alerts: off (alerts.interval_s is 0)"
+    told = ", ".join("the log (stderr)" if n == "log" else n for n in notifiers) or "no notifier"
+    return (
+        f"alerts: on, the rules {alerts.rules.replace(',', ', ')} every {alerts.interval_s} s, "
+        f"told to {told}; open alerts on the dashboard's /alerts page and in "
+        "`gpuledger alerts list`"
+    )

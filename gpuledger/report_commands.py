@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,14 +133,16 @@ def previous_month(now: dt.datetime) -> str:
     return (now.replace(day=1) - dt.timedelta(days=1)).strftime("%Y-%m")
 
 
-def monthly_reports(wh: Warehouse, settings: Settings, now: dt.datetime) -> ReportRun | None:
-    """The monthly job: write the previous month's reports into ``reports.out_dir`` and tell
-    the ``[alerts]`` notifiers (webhook, Slack, e-mail, log) what was written and what changed;
-    None, logged and told, when the month could not be written."""
+def monthly_reports(
+    wh: Warehouse, settings: Settings, now: dt.datetime, month: str = ""
+) -> ReportRun | None:
+    """The monthly job: write the previous month's reports (or ``month``'s) into
+    ``reports.out_dir`` and tell the ``[alerts]`` notifiers (webhook, Slack, e-mail, log) what
+    was written and what changed; None, logged and told, when the month could not be written."""
     from reports.alerts.notify import build_notifiers, tell_each
     from reports.formats import formats
 
-    month = previous_month(now)
+    month = month or previous_month(now)
     payload: dict[str, Any] = {"event": "report", "title": "Monthly chargeback", "subject": month}
     run: ReportRun | None = None
     try:
@@ -183,4 +186,20 @@ def schedule_reports(scheduler: BackgroundScheduler, wh: Warehouse, settings: Se
         id="monthly-chargeback",
         coalesce=True,
         misfire_grace_time=6 * 3600,
+    )
+
+
+def report_now(
+    scheduler: BackgroundScheduler,
+    wh: Warehouse,
+    settings: Settings,
+    month: str,
+    done: Callable[[ReportRun | None], None] = lambda _run: None,
+) -> None:
+    """Add a job to ``scheduler`` that writes ``month``'s reports at once, as the monthly job
+    does (:func:`monthly_reports`), then hands what it wrote (None: it could not) to ``done``."""
+    scheduler.add_job(
+        lambda: done(monthly_reports(wh, settings, dt.datetime.now(dt.UTC), month)),
+        id="chargeback-now",
+        misfire_grace_time=None,
     )

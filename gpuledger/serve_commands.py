@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import ipaddress
 import logging
@@ -13,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuledger.alert_commands import cmd_alerts
@@ -35,6 +37,8 @@ from gpuledger.sql_command import cmd_sql
 from gpuledger_errors import InputError
 
 if TYPE_CHECKING:
+    from gpuledger.demo import DemoRun
+    from reports.files import ReportRun
     from warehouse.audit import AuditEntry
     from warehouse.client import Warehouse
 
@@ -78,11 +82,48 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     if not args.insecure:
         _demo_admin(settings, wh)
     scheduler = start_live(run, settings.simulator.interval_s)
+    jobs = _demo_jobs(wh, settings, run)
     try:
         return _serve(wh, settings, insecure=args.insecure)
     finally:
+        if jobs is not None:
+            jobs.shutdown(wait=True)
         scheduler.shutdown(wait=True)
         wh.close()
+
+
+def _demo_jobs(wh: Warehouse, settings: Settings, run: DemoRun) -> Any:
+    """The jobs `serve` runs, with the demo's settings (:func:`gpuledger.demo.demo_settings`),
+    and the chargeback of the demo's last full month (:func:`gpuledger.demo.report_month`)
+    written at once; what they do is said on stdout."""
+    from gpuledger.demo import alerts_text, demo_settings, report_month
+    from gpuledger.report_commands import report_now
+    from reports.alerts.notify import build_notifiers
+
+    s = settings.server
+    demo = demo_settings(settings, f"{'https' if s.tls_cert_file else 'http'}://{s.host}:{s.port}")
+    notifiers = [n.name for n in build_notifiers(dataclasses.asdict(demo.alerts))]
+    print(alerts_text(demo.alerts, notifiers), flush=True)
+    if not demo.reports.schedule:
+        print("reports: off (reports.schedule is empty); `gpuledger report` writes one", flush=True)
+        return _periodic_jobs(wh, demo)
+    month = report_month(run.began, run.position)
+    where = demo.reports_dir.resolve()
+    print(
+        f"reports: the chargeback of {month} is being written into {where} "
+        f"({demo.reports.formats}), then each month that ends, on the schedule "
+        f"{demo.reports.schedule!r} (crontab, UTC)",
+        flush=True,
+    )
+
+    def done(written: ReportRun | None) -> None:
+        files = ", ".join(w.path.name for w in written.files) if written else ""
+        said = f"is written: {files}" if written else "could not be written (see the log)"
+        print(f"reports: the chargeback of {month} {said}", flush=True)
+
+    return _periodic_jobs(
+        wh, demo, first=lambda scheduler: report_now(scheduler, wh, demo, month, done)
+    )
 
 
 def _demo_admin(settings: Settings, wh: Warehouse) -> None:
@@ -419,14 +460,18 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     return status
 
 
-def _periodic_jobs(wh: Any, settings: Settings) -> Any:
+def _periodic_jobs(
+    wh: Any, settings: Settings, *, first: Callable[[Any], None] | None = None
+) -> Any:
     """The serve process's scheduled jobs (the monthly chargeback; the alert rules and the
     delivery of their notices; the scheduler advice), on one APScheduler with threads (never
-    processes: the engine must not be forked); None when there are none."""
+    processes: the engine must not be forked); None when there are none. ``first`` adds more
+    to the scheduler before it starts (the demo's chargeback at once)."""
     if not (
         settings.reports.schedule
         or settings.alerts.interval_s
         or settings.scheduler.propose_interval_s
+        or first
     ):
         return None
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -436,6 +481,8 @@ def _periodic_jobs(wh: Any, settings: Settings) -> Any:
     from gpuledger.report_commands import schedule_reports
 
     scheduler = BackgroundScheduler(timezone="UTC")
+    if first is not None:
+        first(scheduler)
     schedule_reports(scheduler, wh, settings)
     schedule_alerts(scheduler, wh, settings)
     schedule_advice(scheduler, wh, settings)

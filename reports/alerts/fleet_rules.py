@@ -14,7 +14,7 @@ from reports.alerts.findings import Finding, lasted, listed, money, total, when
 from reports.alerts.idle_rules import gpu_name
 from reports.alerts.look import Look
 from reports.alerts.rules import duration_text
-from warehouse.analytics.watch import unallocated_gpus, unhealthy_gpus, waiting_at, why_waiting
+from warehouse.analytics.watch import unallocated_gpus, unhealthy_gpus, why_waiting
 from warehouse.ledger import priced_spans
 
 
@@ -25,7 +25,7 @@ def waiting_findings(look: Look) -> list[Finding]:
     found = []
     old = look.at - dt.timedelta(seconds=look.rules.waiting_for_s)
     for cluster in look.clusters:
-        queue = waiting_at(look.wh, cluster, look.at)
+        queue = look.waiting(cluster)
         waiting = queue.filter(pl.col("queued_ts") <= old)
         if not waiting.height:
             continue

@@ -3,6 +3,7 @@ and a tenant above its guarantee whose borrowed GPUs sit idle (``borrowed``)."""
 
 from __future__ import annotations
 
+import functools
 from urllib.parse import quote
 
 from reports.alerts.findings import Finding, listed, money, total, when
@@ -88,6 +89,7 @@ def borrowed_findings(look: Look) -> list[Finding]:
             # the positions' own idle figures are not used (idle is idle_now's, below): the
             # shortest utilisation window keeps the query light
             util_window_s=60,
+            waiting=functools.partial(look.waiting, cluster),
         )
         for tp in positions:
             finding = _borrowed(look, tp)

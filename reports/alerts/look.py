@@ -1,12 +1,16 @@
 """One evaluation's view of the warehouse, shared by the rules: the instant, the clusters, the
-price book, and the GPUs idle in jobs now under each idle limit in use (read once, priced)."""
+price book, the GPUs idle in jobs now under each idle limit in use (read once, priced), and
+each cluster's waiting queue (read once)."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
 
+import polars as pl
+
 from reports.alerts.rules import AlertRules, IdleLimit
+from warehouse.analytics.explain import waiting_at
 from warehouse.client import Warehouse
 from warehouse.ledger import IdleNow, IdleRule, PriceBook, idle_now
 
@@ -24,6 +28,7 @@ class Look:
     prices: PriceBook
     clusters: list[str]
     _idle: dict[IdleLimit, tuple[IdleNow, ...]] = dataclasses.field(default_factory=dict)
+    _waiting: dict[str, pl.DataFrame] = dataclasses.field(default_factory=dict)
 
     @property
     def currency(self) -> str:
@@ -42,3 +47,10 @@ class Look:
         idle alerts: exemption silences the idle rule, not what idle means)."""
         limit = self.rules.idle_limit(tenant) or self.rules.idle
         return [i for i in self.idle(limit) if i.tenant == tenant]
+
+    def waiting(self, cluster: str) -> pl.DataFrame:
+        """The job attempts of ``cluster`` waiting at ``at``
+        (:func:`warehouse.analytics.explain.waiting_at`)."""
+        if cluster not in self._waiting:
+            self._waiting[cluster] = waiting_at(self.wh, cluster, self.at)
+        return self._waiting[cluster]

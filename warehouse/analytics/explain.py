@@ -159,8 +159,9 @@ def _when(ts: dt.datetime) -> str:
 
 
 def waiting_at(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFrame:
-    """The job attempts waiting at ``at`` (queued_ts <= at < left_queue_ts)."""
-    rows = queues.attempts(wh, cluster, at, at + dt.timedelta(milliseconds=1))
+    """The job attempts waiting at ``at`` (queued_ts <= at < left_queue_ts), read from the
+    jobs that can be waiting then (:func:`warehouse.analytics.queues.attempts_waiting`)."""
+    rows = queues.attempts_waiting(wh, cluster, at)
     return rows.filter(
         pl.col("queued_ts").is_not_null()
         & (pl.col("queued_ts") <= at)

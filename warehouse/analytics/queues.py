@@ -83,6 +83,28 @@ def attempts(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime) 
     )
 
 
+#: The events after which an attempt no longer waits.
+LEAVING_EVENTS = frozenset({"started"} | TERMINAL_EVENTS)
+
+
+def attempts_waiting(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFrame:
+    """:func:`attempts` of [at, at + 1 ms) for the jobs alone with an attempt still open then,
+    among which are all the attempts waiting at ``at``: a narrow pass over the events finds those
+    jobs (``sql/queue_open_jobs.sql``), and theirs alone are read in full
+    (``sql/queue_waiting.sql``), rather than every job of the history. Same columns."""
+    start, end = _window(at, at + dt.timedelta(milliseconds=1))
+    where = {"cluster": cluster, "end": end}
+    jobs = queries.run(wh, "queue_open_jobs", **where, leaving=sorted(LEAVING_EVENTS))
+    return queries.run(
+        wh,
+        "queue_waiting",
+        **where,
+        start=start,
+        terminal=sorted(TERMINAL_EVENTS),
+        jobs=jobs["job_id"].to_list(),
+    )
+
+
 # -- pure functions over attempt rows ---------------------------------------------------------
 def wait_percentiles(
     rows: pl.DataFrame,

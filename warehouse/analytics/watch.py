@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import polars as pl
 
@@ -116,10 +116,12 @@ def tenant_positions(
     *,
     threshold_ratio: float,
     util_window_s: int,
+    waiting: Callable[[], pl.DataFrame] | None = None,
 ) -> list[TenantPosition]:
     """Every tenant's position at ``at`` in each (pool, model) of ``cluster`` where it holds GPUs
     and some tenant has a quota (a pool nobody has a guarantee in lends nothing, so borrowing
-    means nothing there), as ``gpuledger why tenant`` computes it."""
+    means nothing there), as ``gpuledger why tenant`` computes it. ``waiting`` gives the
+    attempts waiting at ``at`` when the caller has them (default: :func:`waiting_at`)."""
     quotas = queries.run(wh, "why_quotas_at", cluster=cluster, at=at)
     allocs = queries.run(
         wh,
@@ -133,7 +135,7 @@ def tenant_positions(
     held = allocs.filter(pl.col("pool").is_in(sorted(managed)))
     if not held.height:
         return []
-    waiting = waiting_at(wh, cluster, at)
+    queue = waiting() if waiting is not None else waiting_at(wh, cluster, at)
     keys: set[tuple[str, str, str]] = set()
     for tenant, pool, model in held.select("tenant", "pool", "gpu_model").unique().iter_rows():
         own = quotas.filter((pl.col("tenant") == tenant) & (pl.col("pool") == pool))
@@ -144,7 +146,7 @@ def tenant_positions(
         TenantPosition(
             cluster,
             tenant,
-            pool_position(tenant, pool, model, quotas, allocs, waiting, threshold_ratio),
+            pool_position(tenant, pool, model, quotas, allocs, queue, threshold_ratio),
         )
         for tenant, pool, model in sorted(keys)
     ]

@@ -24,6 +24,10 @@ WITH
         WHERE r.cluster = {cluster:String}
           AND toDateTime64(r.ts, 3, 'UTC') >= toStartOfMinute(o.util_from)
           AND toDateTime64(r.ts, 3, 'UTC') < {at:DateTime64(3, 'UTC')}
+          -- every allocation's util_from is at most util_window_s before `at`: only those
+          -- minutes of the rollup are read, not its whole history
+          AND r.ts >= toStartOfMinute({at:DateTime64(3, 'UTC')}
+                                      - toIntervalSecond({util_window_s:UInt32}))
         GROUP BY job_id, attempt, gpu_uuid, mig_instance
     )
 SELECT o.job_id AS job_id, o.attempt AS attempt, o.tenant AS tenant, o.pool AS pool,

@@ -58,6 +58,7 @@ def synthetic_samples(
             "energy_millijoules": (idx * 1000).astype(np.uint64),
             "temperature_celsius": (30 + util * 50).astype(np.float32),
             "sm_clock_mhz": np.full(rows, 1980, dtype=np.uint32),
+            "tensor_active_ratio": util * 0.5,
             "xid": pl.Series([None] * rows, dtype=pl.UInt32),
             "pod": pl.Series([f"train-{g // 8}-worker" for g in gpu]),
             "namespace": "research",

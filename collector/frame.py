@@ -6,7 +6,8 @@ The header is a JSON object with a key per record kind (``gpus``, ``nodes``, ``j
 ``rejects``, ``processes``, ``health``; a kind with no records may be left out), each a list of
 records, each record a JSON list of its fields in the NamedTuple's order (a datetime as
 ``{"$dt": ISO 8601}``, a tuple as a list). The samples, when there are any, are an Arrow IPC
-file with :data:`~collector.records.SAMPLE_SCHEMA`'s columns, compressed (zstd).
+file with :data:`~collector.records.SAMPLE_SCHEMA`'s columns, compressed (zstd); one from an
+agent or spool older than a column in ``ADDED_SAMPLE_COLUMNS`` may lack it (read as null).
 
 :func:`load_batch` checks the *frame* and refuses a malformed one with :class:`BatchFormatError`,
 whose message says what is wrong: the magic, a header length that runs past the body, a header
@@ -34,6 +35,7 @@ import polars as pl
 import pyarrow as pa
 
 from collector.records import (
+    ADDED_SAMPLE_COLUMNS,
     SAMPLE_SCHEMA,
     Batch,
     GpuHealth,
@@ -193,14 +195,19 @@ def _load_samples(data: bytes, max_decoded_bytes: int) -> pl.DataFrame:
     except (pl.exceptions.PolarsError, pa.ArrowException, ValueError, TypeError) as exc:
         raise BatchFormatError(f"the samples cannot be read as a table: {exc}") from None
     assert isinstance(frame, pl.DataFrame)
+    absent = [c for c in ADDED_SAMPLE_COLUMNS if c not in frame.columns]
+    if absent:  # written before these columns existed: the source did not report them
+        nulls = [pl.lit(None, SAMPLE_SCHEMA[c]).alias(c) for c in absent]
+        frame = frame.with_columns(nulls).select(list(SAMPLE_SCHEMA))
     return frame
 
 
 def _check_columns(schema: pa.Schema) -> None:
-    """Refuse samples without SAMPLE_SCHEMA's columns, with others, or with a column of a type
-    that does not convert without loss (values that do not fit a column are quarantined)."""
+    """Refuse samples without SAMPLE_SCHEMA's columns (but those added later), with others, or
+    with a column of a type that does not convert without loss (values that do not fit a column
+    are quarantined)."""
     names = list(schema.names)
-    missing = [c for c in SAMPLE_SCHEMA if c not in names]
+    missing = [c for c in SAMPLE_SCHEMA if c not in names and c not in ADDED_SAMPLE_COLUMNS]
     extra = [c for c in names if c not in SAMPLE_SCHEMA]
     if missing or extra or len(set(names)) != len(names):
         raise BatchFormatError(

@@ -67,6 +67,7 @@ class GpuSample(NamedTuple):
     energy_millijoules: int | None = None  # total energy counter since driver load
     temperature_celsius: float | None = None
     sm_clock_mhz: int | None = None
+    tensor_active_ratio: float | None = None  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, 0-1
     xid: int | None = None  # last Xid error seen in the interval, None if none
     pod: str = ""
     namespace: str = ""
@@ -281,6 +282,7 @@ SAMPLE_SCHEMA: dict[str, pl.DataType] = {
     "energy_millijoules": pl.UInt64(),
     "temperature_celsius": pl.Float32(),
     "sm_clock_mhz": pl.UInt32(),
+    "tensor_active_ratio": pl.Float32(),
     "xid": pl.UInt32(),
     "pod": pl.String(),
     "namespace": pl.String(),
@@ -289,6 +291,9 @@ SAMPLE_SCHEMA: dict[str, pl.DataType] = {
     "source": pl.String(),
 }
 assert tuple(SAMPLE_SCHEMA) == GpuSample._fields
+#: Sample columns added after the first release: a spool, an agent or a quarantine payload
+#: from before them lacks them, and they read as null there (all are nullable).
+ADDED_SAMPLE_COLUMNS = ("tensor_active_ratio",)
 
 
 @dataclasses.dataclass(frozen=True)

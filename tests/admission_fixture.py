@@ -43,7 +43,7 @@ def fill(data_dir: str, now: dt.datetime) -> None:
             ts = start + dt.timedelta(minutes=m)
             rows.append(
                 (ts, "c1", "n1", gpu, i, "H100", "nvidia", "", "", util, None, None, 1, 2,
-                 100.0, None, 40.0, 1500, None, "", "", "", "", "test")
+                 100.0, None, 40.0, 1500, None, None, "", "", "", "", "test")
             )  # fmt: skip
     ing.write_samples(pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row"))
     ing.write_job_events(

@@ -88,7 +88,7 @@ class Cluster:
             rows.append(
                 (
                     t, self.cluster, self.nodes[uuid], uuid, 0, self.models[uuid], "nvidia",
-                    "", "", util, None, None, None, None, 100.0, None, 40.0, 1500, xid,
+                    "", "", util, None, None, None, None, 100.0, None, 40.0, 1500, None, xid,
                     "", "", "", "", "test",
                 )
             )  # fmt: skip

@@ -85,7 +85,7 @@ def samples() -> pl.DataFrame:
             rows.append(
                 (
                     *(ts, "c1", NODE[gpu], gpu, i, "H100", "nvidia", "", "", u, None, None),
-                    *(10 * 2**30, 80 * 2**30, 100 + 200 * u, None, 40.0 + 30 * u, 1500, None),
+                    *(10 * 2**30, 80 * 2**30, 100 + 200 * u, None, 40.0 + 30 * u, 1500, None, None),
                     *("", "", "", "", "test"),
                 )
             )

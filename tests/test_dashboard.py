@@ -56,6 +56,7 @@ def _frame() -> pl.DataFrame:
                     40.0,
                     1500,
                     None,
+                    None,
                     "",
                     "",
                     "",

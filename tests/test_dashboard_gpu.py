@@ -14,10 +14,12 @@ import pytest
 from conftest import fresh_database
 from dash_helpers import GPU, outputs, update
 
+from collector.records import GpuInventory, GpuSample
 from dashboards.app import create_app
 from dashboards.context import Viewer
 from warehouse.analytics import gpu
 from warehouse.client import Warehouse
+from warehouse.ingest.writer import Ingestor
 
 STATE = f"?from={m.DAY}&to={m.DAY}"
 
@@ -26,6 +28,35 @@ STATE = f"?from={m.DAY}&to={m.DAY}"
 def moment(engine: Warehouse) -> Iterator[Warehouse]:
     with fresh_database(engine) as wh:
         yield m.write(wh)
+
+
+#: A hand-made GPU, g-tc, sampled every 15 s for three minutes from T + 1 h (None: the sample
+#: has no value there). Its means leave the None out:
+#:
+#:   minute  SM clock MHz            tensor active       SM clock mean   tensor mean
+#:   0       1410 1410 1980 None     0.25 0.5  None 0.75 1600            0.5
+#:   1       1980 1980 1980 1980     None None None None 1980            None
+#:   2       None None None None     0    0    1    1    None            0.5
+#:   all     (2 x 1410 + 5 x 1980) / 7 = 1817.142857...  3.5 / 7 = 0.5
+CLOCK = [1410, 1410, 1980, None, 1980, 1980, 1980, 1980, None, None, None, None]
+TENSOR = [0.25, 0.5, None, 0.75, None, None, None, None, 0.0, 0.0, 1.0, 1.0]
+
+
+@pytest.fixture(scope="module")
+def tensor_gpu(engine: Warehouse) -> Iterator[Warehouse]:
+    with fresh_database(engine) as wh:
+        ing = Ingestor(wh, 35, now=lambda: m.NOW)
+        gpus = [GpuInventory(m.at(-24), "c1", "p1", "n1", "g-tc", 0, "H100")]
+        assert ing.write_gpus(gpus).quarantined_total == 0
+        samples = [
+            GpuSample(
+                m.at(1) + dt.timedelta(seconds=15 * i), "c1", "n1", "g-tc", 0, "H100",
+                gpu_util_ratio=0.5, sm_clock_mhz=clock, tensor_active_ratio=tensor,
+            )
+            for i, (clock, tensor) in enumerate(zip(CLOCK, TENSOR, strict=True))
+        ]  # fmt: skip
+        assert ing.write_samples(samples).quarantined_total == 0
+        yield wh
 
 
 def _page(wh: Warehouse, role: str, uuid: str, state: str = STATE) -> dict[str, Any]:
@@ -59,6 +90,12 @@ def test_a_manager_sees_every_hold_and_how_much_of_it_was_idle(moment: Warehouse
     names = [t["name"] for t in panels["data"]]
     assert names[:2] == ["Utilisation (mean)", "Utilisation (busiest sample)"]
     assert "Power W" in names and "Temperature °C" in names and "Memory used GiB" in names
+    # the fixture's samples have an SM clock (1500 MHz) but no tensor activity: said so
+    clock = next(t for t in panels["data"] if t["name"] == "SM clock MHz")
+    assert clock["y"] and all(v == pytest.approx(1500) for v in clock["y"])
+    assert "Tensor active %" not in names
+    notes = [a["text"] for a in panels["layout"]["annotations"]]
+    assert notes.count("Not reported by this GPU's source") == 1
     util = panels["data"][0]["y"]
     assert util and all(v == pytest.approx(1.0) for v in util)  # 1 % all along
     times = _times(panels)
@@ -118,3 +155,26 @@ def test_a_hold_starting_inside_a_bucket_shows_none_of_the_minutes_before_it(
     assert frame["bucket"].min() < frame["t"].min()  # the bucket itself begins before the hold
     everything = gpu.telemetry(moment, "c1", "g-half", m.at(-1), m.NOW, step_s=300)
     assert int(everything["minutes"].sum()) == 240
+
+
+def test_the_means_of_sm_clock_and_tensor_activity_are_the_raw_samples(
+    tensor_gpu: Warehouse,
+) -> None:
+    """The 1-minute rollup keeps sums and counts, so the page's means (per minute, and per
+    5-minute bucket as the page draws a day) are the raw samples' means, NULLs left out."""
+    a, b = m.at(1), m.at(1) + dt.timedelta(minutes=3)
+    minutes = gpu.telemetry(tensor_gpu, "c1", "g-tc", a, b, step_s=60)
+    raw = tensor_gpu.rows(
+        "SELECT toStartOfMinute(ts) AS t, avg(sm_clock_mhz), avg(tensor_active_ratio) "
+        "FROM {db:Identifier}.gpu_samples GROUP BY t ORDER BY t",
+        {"db": tensor_gpu.database},
+    )
+    assert minutes["sm_clock_mhz"].to_list() == [1600.0, 1980.0, None] == [r[1] for r in raw]
+    assert minutes["tensor_active_ratio"].to_list() == [0.5, None, 0.5] == [r[2] for r in raw]
+    panels = _page(tensor_gpu, "manager", "g-tc")["gpu-telemetry"]["figure"]
+    by_name = {t["name"]: t["y"] for t in panels["data"]}
+    assert by_name["SM clock MHz"] == [pytest.approx((2 * 1410 + 5 * 1980) / 7)]
+    assert by_name["Tensor active %"] == [pytest.approx(50.0)]
+    notes = [a["text"] for a in panels["layout"].get("annotations", [])]
+    # memory, power and temperature are not in these samples, SM clock and tensor activity are
+    assert notes.count("Not reported by this GPU's source") == 3

@@ -44,6 +44,7 @@ def test_t4_values_converted_to_units() -> None:
     assert s.memory_used_bytes == 5120 * MIB
     assert s.power_watts == pytest.approx(68.244) and s.temperature_celsius == 74.0
     assert s.energy_millijoules == 15152422938 and s.sm_clock_mhz == 660 and s.xid is None
+    assert s.tensor_active_ratio == pytest.approx(0.005822)
 
 
 def test_a100_mig_instance_and_no_double_counting() -> None:
@@ -55,6 +56,9 @@ def test_a100_mig_instance_and_no_double_counting() -> None:
     assert parent.gpu_uuid == inst.gpu_uuid and parent.gpu_model == "" == inst.gpu_model
     assert parent.gr_engine_active_ratio == pytest.approx(0.995630)
     assert inst.gr_engine_active_ratio == pytest.approx(0.995687)
+    # tensor activity is per GPU instance, like engine activity: both samples keep theirs
+    assert parent.tensor_active_ratio == pytest.approx(0.929260)
+    assert inst.tensor_active_ratio == pytest.approx(0.930433)
     assert parent.power_watts == pytest.approx(409.692)
     assert parent.energy_millijoules == 319159391 and parent.temperature_celsius == 61.0
     assert parent.sm_clock_mhz == 1215 and parent.xid is None
@@ -291,6 +295,7 @@ def test_bad_lines_become_rejects_and_the_rest_survives() -> None:
         'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-b"} 250': "gpu_util_ratio",
         'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-c"} -3': "gpu_util_ratio",
         'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-b"} 1.5': "gr_engine_active_ratio",
+        'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{gpu="0",UUID="GPU-b"} -0.2': "tensor_active_ratio",
         'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-b"} NaN': "power_watts",
         'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-b"} +Inf': "temperature_celsius",
         'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-b"} -Inf': "sm_clock_mhz",
@@ -390,7 +395,8 @@ def labelled_bodies(draw: st.DrawFn) -> str:
 def test_fuzzed_bodies_never_raise_and_yield_valid_samples(body: str) -> None:
     result = parse_detailed(body, NOW, "c")
     for s in result.samples:
-        for field in ("gpu_util_ratio", "gr_engine_active_ratio", "mem_util_ratio"):
+        ratios = ("gpu_util_ratio", "gr_engine_active_ratio", "mem_util_ratio")
+        for field in (*ratios, "tensor_active_ratio"):
             value = getattr(s, field)
             assert value is None or 0.0 <= value <= 1.0
         for field in ("memory_used_bytes", "energy_millijoules", "sm_clock_mhz", "xid"):

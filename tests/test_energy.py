@@ -56,6 +56,7 @@ def test_hand_computed_energy_cost(wh: Warehouse) -> None:
                 None,
                 None,
                 None,
+                None,
                 "",
                 "",
                 "",

@@ -137,6 +137,16 @@ def test_sample_columns_must_be_the_schema_s() -> None:
     assert isinstance(samples, pl.DataFrame) and samples["gpu_index"].to_list() == [-1, 0]
 
 
+def test_samples_from_before_a_column_was_added_read_it_as_null() -> None:
+    """An agent or spool older than tensor_active_ratio sends samples without it: accepted,
+    the column null, in SAMPLE_SCHEMA's order (any other missing column is still refused)."""
+    old = samples_frame(full_batch().samples).drop("tensor_active_ratio")
+    samples = load_batch(frame({}, arrow(old))).samples
+    assert isinstance(samples, pl.DataFrame) and samples.columns == list(SAMPLE_SCHEMA)
+    assert samples["tensor_active_ratio"].to_list() == [None, None]
+    assert samples.drop("tensor_active_ratio").equals(old)
+
+
 def test_samples_are_measured_before_they_are_decompressed() -> None:
     """A few kilobytes of zstd that would expand to a quarter of a gigabyte are refused unread."""
     rows = 1_000_000
@@ -146,7 +156,7 @@ def test_samples_are_measured_before_they_are_decompressed() -> None:
     )
     body = frame({}, arrow(zeros))
     assert len(body) < 100_000
-    with pytest.raises(BatchFormatError, match=r"would take 256,875,000 bytes decompr"):
+    with pytest.raises(BatchFormatError, match=r"would take 261,000,000 bytes decompr"):
         load_batch(body, max_decoded_bytes=10_000_000)
 
 

@@ -97,10 +97,11 @@ def test_explicit_batch_id_dedups_across_ingestors(wh: Warehouse) -> None:
 
 def test_bad_rows_are_quarantined_with_field_and_reason(wh: Warehouse) -> None:
     t = dt.datetime(2026, 11, 20, 11, 0, tzinfo=dt.UTC)
-    good = [sample(t), sample(t + dt.timedelta(seconds=10))]
+    good = [sample(t), sample(t + dt.timedelta(seconds=10), tensor_active_ratio=0.25)]
     bad = {
         "gpu_util_ratio": sample(t, gpu_util_ratio=float("nan")),
         "gr_engine_active_ratio": sample(t, gr_engine_active_ratio=45.0),
+        "tensor_active_ratio": sample(t, tensor_active_ratio=1.5),
         "power_watts": sample(t, power_watts=-3.0),
         "gpu_uuid": sample(t, gpu=""),
         "pod": sample(t, pod="p" * 5000),
@@ -119,8 +120,12 @@ def test_bad_rows_are_quarantined_with_field_and_reason(wh: Warehouse) -> None:
     by_field = {r[0]: r for r in rows}
     assert "within 0-1" in by_field["gr_engine_active_ratio"][1]
     assert "NaN" in by_field["gpu_util_ratio"][1] or "0-1" in by_field["gpu_util_ratio"][1]
+    assert "tensor_active_ratio must be a ratio within 0-1" in by_field["tensor_active_ratio"][1]
+    assert json.loads(by_field["tensor_active_ratio"][2])["tensor_active_ratio"] == 1.5
     assert json.loads(by_field["power_watts"][2])["power_watts"] == -3.0
     assert count(wh, "gpu_samples") == 2
+    stored = f"SELECT tensor_active_ratio FROM {wh.database}.gpu_samples ORDER BY ts"
+    assert wh.rows(stored) == [(None,), (0.25,)]
 
 
 def test_values_of_the_wrong_type_are_quarantined(wh: Warehouse) -> None:

@@ -76,6 +76,7 @@ def _samples() -> pl.DataFrame:
                     None,
                     None,
                     None,
+                    None,
                     "",
                     "",
                     "",
@@ -334,9 +335,9 @@ def test_hours_without_samples_are_unmeasured(cluster: Warehouse) -> None:
     ing = Ingestor(cluster, 35, now=lambda: T10 + dt.timedelta(hours=2))
     ing.write_gpus([GpuInventory(T0 - dt.timedelta(days=1), "c1", "p1", "n1", "G5", 4, "H100")])
     minutes = [h(7) + dt.timedelta(minutes=m) for m in range(120)]
-    none9 = [None] * 9
+    none10 = [None] * 10
     rows = [
-        (t, "c1", "n1", "G5", 4, "H100", "nvidia", "", "", 0.5, *none9, "", "", "", "j6", "t")
+        (t, "c1", "n1", "G5", 4, "H100", "nvidia", "", "", 0.5, *none10, "", "", "", "j6", "t")
         for t in minutes
     ]
     assert (

@@ -64,7 +64,7 @@ EXPECT = {
 
 
 def _samples() -> pl.DataFrame:
-    nulls = (None,) * 9
+    nulls = (None,) * 10
     rows = [
         (t, "c1", "n1", gpu, i, "H100", "nvidia", "", "", util(t), *nulls, "", "", "", "", "t")
         for i, (gpu, util) in enumerate(UTIL.items())

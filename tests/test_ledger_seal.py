@@ -57,7 +57,7 @@ EXPECT = {  # tenant: (allocated, used, idle) GPU-hours over [D0, D3)
 
 
 def _samples(times: list[dt.datetime], util: float | None = None) -> pl.DataFrame:
-    nulls = (None,) * 9
+    nulls = (None,) * 10
     rows = [
         (t, "c1", "n1", g, i, "H100", "nvidia", "", "", u, *nulls, "", "", "", "", "t")
         for i, (g, f) in enumerate(UTIL.items())

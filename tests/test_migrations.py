@@ -1,9 +1,11 @@
 import datetime as dt
 import itertools
 import re
+from typing import Any
 
 import pytest
 
+from warehouse.analytics import gpu
 from warehouse.client import Warehouse
 from warehouse.migrate import (
     LAST_DOLLAR_MIGRATION,
@@ -92,6 +94,12 @@ APPLIED = {
     32: "76369aac58540e89",
     33: "1f895e1d59f3fe8b",
     34: "721f36dc8d7937ef",
+    35: "da241f1a6cb02c64",
+    36: "e6de189508ad207b",
+    37: "766a8517f9606e95",
+    38: "9547ca315f57cde7",
+    39: "f6aec8e3334e5a9f",
+    40: "538814f5343f6394",
 }
 
 
@@ -215,6 +223,79 @@ def test_alter_on_a_cluster_recreates_the_distributed_table() -> None:
     assert "Distributed(prod, gl, quotas_local" in alter[2]
     (single,) = render(by_name["quotas_cluster"], RenderOptions(database="gl"))
     assert "ALTER TABLE gl.quotas \n" in single and "ON CLUSTER" not in single
+
+
+def test_a_view_s_new_query_on_a_cluster_is_one_statement() -> None:
+    """Migration 40 changes the 1-minute view's query: a view has no Distributed table to drop
+    and make again (migration 39, on the view's table, does)."""
+    by_name = {m.name: m for m in load_migrations()}
+    opts = RenderOptions(database="gl", cluster="prod")
+    (view,) = render(by_name["gpu_samples_1m_mv_clock_tensor"], opts)
+    assert "ALTER TABLE gl.gpu_samples_1m_mv_local ON CLUSTER prod\nMODIFY QUERY" in view
+    assert "FROM gl.gpu_samples_local" in view and "Distributed" not in view
+    table = render(by_name["gpu_samples_1m_clock_tensor"], opts)
+    assert table[1:] == [
+        "DROP TABLE IF EXISTS gl.gpu_samples_1m ON CLUSTER prod SYNC",
+        "CREATE TABLE IF NOT EXISTS gl.gpu_samples_1m ON CLUSTER prod AS gl.gpu_samples_1m_local "
+        "ENGINE = Distributed(prod, gl, gpu_samples_1m_local, rand())",
+    ]
+    assert by_name["gpu_samples_1m_mv_clock_tensor"].alters == "gpu_samples_1m_mv"
+
+
+#: Four samples of GPU-1 in one minute (SM clock 1200, 1300, 1400, NULL), without or with
+#: more columns (``str.format`` fills them in; the engine fills in the parameters).
+_SAMPLES = (
+    "INSERT INTO {{db:Identifier}}.gpu_samples (ts, cluster, gpu_uuid, gpu_util_ratio, "
+    "sm_clock_mhz{more}) SELECT {{t:DateTime64(3, 'UTC')}} + toIntervalSecond(number * 15), "
+    "'c', 'GPU-1', 0.5, if(number = 3, NULL, 1200 + number * 100){values} FROM numbers(4)"
+)
+
+
+def _minute_sums(wh: Warehouse) -> list[tuple[Any, ...]]:
+    return wh.rows(
+        "SELECT ts, sum(samples), sum(sm_clock_samples), sum(sm_clock_mhz_sum), "
+        "sum(tensor_samples), sum(tensor_active_ratio_sum) "
+        "FROM {db:Identifier}.gpu_samples_1m GROUP BY ts ORDER BY ts",
+        {"db": wh.database},
+    )
+
+
+def test_a_warehouse_from_before_tensor_activity_migrates(engine: Warehouse) -> None:
+    """A warehouse made by migrations 0-37, with samples: 38-40 apply, every checksum stays as
+    recorded, the minutes rolled up before read no clock or tensor samples (the GPU page says
+    NULL there, not 0), and samples written afterwards roll up their sums."""
+    database = f"old{next(_old)}"
+    opts = RenderOptions(database=database)
+    old = Warehouse(engine.client, database, engine.dsn)
+    t0 = (dt.datetime.now(dt.UTC) - dt.timedelta(days=1)).replace(second=0, microsecond=0)
+    try:
+        made = [m for m in load_migrations() if m.version < 38]
+        for m in made:
+            for statement in render(m, opts):
+                old.command(statement)
+        old.insert_rows(
+            "schema_migrations",
+            [(m.version, m.name, m.checksum, dt.datetime.now(dt.UTC)) for m in made],
+            ["version", "name", "checksum", "applied_at"],
+            ["UInt32", "String", "String", "DateTime64(3, 'UTC')"],
+        )
+        old.command(_SAMPLES.format(more="", values=""), {"db": database, "t": t0})
+        applied = migrate(old, opts)
+        assert [m.version for m in applied] == [38, 39, 40]
+        assert all(s.applied and not s.checksum_changed for s in status(old, opts))
+        tensor = _SAMPLES.format(
+            more=", tensor_active_ratio", values=", if(number = 0, NULL, number / 4)"
+        )
+        old.command(tensor, {"db": database, "t": t0 + dt.timedelta(minutes=1)})
+        before, after = _minute_sums(old)
+        assert before[1:] == (4, 0, 0.0, 0, 0.0)  # rolled up before: nothing to average
+        assert after[1:] == (4, 3, 1200.0 + 1300 + 1400, 3, pytest.approx(1.5))
+        means = gpu.telemetry(old, "c", "GPU-1", t0, t0 + dt.timedelta(minutes=2), step_s=60)
+        assert means["sm_clock_mhz"].to_list() == [None, 1300.0]
+        assert means["tensor_active_ratio"].to_list() == [None, pytest.approx(0.5)]
+        assert migrate(old, opts) == []
+    finally:
+        engine.command(f"DROP DATABASE IF EXISTS {database} SYNC")
 
 
 def test_quotas_written_before_the_cluster_column_read_as_every_cluster(wh: Warehouse) -> None:

@@ -291,6 +291,12 @@ def test_records_are_rebuilt_from_their_payloads(wh: Warehouse) -> None:
     assert rebuild("gpu_health", payloads["gpu_health"]) == sent["gpu_health"]
     (again,) = [rebuild("gpu_sample", payloads["gpu_sample"])]
     assert again == samples("GPU-b", 1, power_watts=301.5)[0]
+    older = json.loads(payloads["gpu_sample"])
+    del older["tensor_active_ratio"]  # quarantined before the column was added: null
+    assert rebuild("gpu_sample", json.dumps(older)) == again
+    del older["xid"]
+    with pytest.raises(ValueError, match="not a gpu_sample record"):
+        rebuild("gpu_sample", json.dumps(older))
     with pytest.raises(ValueError, match="not a record"):
         rebuild("gpu_sample", "DCGM_FI_DEV_GPU_UTIL{gpu=")
 

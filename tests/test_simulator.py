@@ -31,6 +31,7 @@ SLIM = (
     "gpu_model",
     "gpu_util_ratio",
     "gr_engine_active_ratio",
+    "tensor_active_ratio",
     "memory_used_bytes",
     "memory_total_bytes",
     "power_watts",
@@ -432,6 +433,11 @@ def test_sample_values_are_physical(week: Week) -> None:
     assert (gr["gr_engine_active_ratio"] <= gr["gpu_util_ratio"]).all()
     nulls = s.filter(pl.col("gr_engine_active_ratio").is_null())["gpu_model"].unique()
     assert nulls.cast(pl.String).to_list() == ["NVIDIA L40S"]
+    # tensor activity: part of the engine's, 0 when idle, NULL where engine activity is
+    assert (gr["tensor_active_ratio"] <= gr["gr_engine_active_ratio"]).all()
+    assert (gr.filter(pl.col("gpu_util_ratio") == 0)["tensor_active_ratio"] == 0).all()
+    assert gr["tensor_active_ratio"].mean() > 0.05
+    assert s["tensor_active_ratio"].null_count() == s["gr_engine_active_ratio"].null_count()
     assert (s["memory_used_bytes"] <= s["memory_total_bytes"]).all()
     idle = s.filter(pl.col("job_id") == "")
     assert (idle["gpu_util_ratio"] == 0).all() and (idle["memory_used_bytes"] == 0).all()

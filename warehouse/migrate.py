@@ -19,7 +19,9 @@ text stays as it is and :func:`render` reads ``${part}`` as ``{{part}}``. Later 
 On a cluster every ``CREATE TABLE ... {{local}}`` is followed by a ``Distributed`` table with the
 plain name over the local ones, so readers and writers use the same names in both deployments.
 An ``ALTER TABLE {{db}}.name{{local}}`` changes the local tables; the ``Distributed`` table over
-them (which holds no data) is then dropped and created again, so it takes the new columns.
+them (which holds no data) is then dropped and created again, so it takes the new columns. An
+``ALTER TABLE {{db}}.name{{local}} {{on_cluster}} MODIFY QUERY`` changes a materialized view,
+which has no ``Distributed`` table, so it is the one statement on a cluster too.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ _DOLLAR_PART = re.compile(r"\$\{(\w+(?::[A-Za-z]+(?:\(.*?\))?)?)\}")
 LAST_DOLLAR_MIGRATION = 34
 _TABLE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+\{\{db\}\}\.(\w+)\{\{local\}\}", re.I)
 _ALTER = re.compile(r"ALTER\s+TABLE\s+\{\{db\}\}\.(\w+)\{\{local\}\}", re.I)
+#: An ALTER of a materialized view's query (views have no ``Distributed`` table over them).
+_ALTER_VIEW = re.compile(
+    r"ALTER\s+TABLE\s+\{\{db\}\}\.\w+\{\{local\}\}\s+\{\{on_cluster\}\}\s+MODIFY\s+QUERY\b", re.I
+)
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 #: What a migration creates: tables and views, by their plain name.
 _CREATES = re.compile(
@@ -87,7 +93,7 @@ class Migration:
 
     @property
     def alters(self) -> str | None:
-        """The table it alters, if it is an ALTER."""
+        """The table (or materialized view) it alters, if it is an ALTER."""
         match = _ALTER.search(self.text)
         return match[1] if match else None
 
@@ -121,6 +127,7 @@ def render(migration: Migration, opts: RenderOptions) -> list[str]:
     table_match = _TABLE.search(text)
     alter_match = _ALTER.search(text)
     table = table_match[1] if table_match else alter_match[1] if alter_match else migration.name
+    alters_table = alter_match is not None and not _ALTER_VIEW.search(text)
     local = "_local" if opts.cluster else ""
     where = f"migration {migration.version:04d}_{migration.name}"
 
@@ -148,9 +155,9 @@ def render(migration: Migration, opts: RenderOptions) -> list[str]:
         statements = [queries.fill(text, parts, where).strip().rstrip(";")]
     except ValueError as exc:
         raise WarehouseError(str(exc)) from exc
-    if opts.cluster and alter_match:
+    if opts.cluster and alters_table:
         statements.append(queries.fill(_DROP_DISTRIBUTED, parts, where))
-    if opts.cluster and (table_match or alter_match):
+    if opts.cluster and (table_match or alters_table):
         statements.append(queries.fill(_DISTRIBUTED, parts, where))
     return statements
 

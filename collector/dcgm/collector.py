@@ -18,6 +18,7 @@ DCGM field                            sample field               conversion
 ====================================  =========================  ==========================
 DCGM_FI_DEV_GPU_UTIL (%)              gpu_util_ratio             / 100
 DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio) gr_engine_active_ratio     as is
+DCGM_FI_PROF_PIPE_TENSOR_ACTIVE       tensor_active_ratio        as is (ratio)
 DCGM_FI_DEV_MEM_COPY_UTIL (%)         mem_util_ratio             / 100
 DCGM_FI_DEV_FB_USED (MiB)             memory_used_bytes          * 2**20
 FB_USED + FB_FREE + FB_RESERVED (MiB) memory_total_bytes         * 2**20 (RESERVED 0 if absent)
@@ -58,8 +59,8 @@ power or energy over all samples of a node counts each board once. The whole-GPU
 them from the whole-GPU series, or else once from the lowest ``GPU_I_ID`` that has them. If an
 exporter emits only GPU-instance series for a MIG GPU (flex mode with MIG on), that whole-GPU
 sample is synthesised for the UUID: device-level fields only, no pod, no memory/utilisation.
-Memory and utilisation are instance-level (DCGM reports them per GPU instance) and stay on the
-instance samples.
+Memory, utilisation and tensor activity are instance-level (DCGM reports them per GPU
+instance) and stay on the instance samples.
 
 DCGM blank sentinels (dcgm_structs.h: ``DCGM_INT32_BLANK`` 0x7ffffff0 = 2147483632,
 ``DCGM_INT64_BLANK`` 0x7ffffffffffffff0 = 9223372036854775792, ``DCGM_FP64_BLANK`` 2**47 =
@@ -413,6 +414,7 @@ def _sample(
         energy_millijoules=_int(values.get("energy_millijoules")),
         temperature_celsius=_float(values.get("temperature_celsius")),
         sm_clock_mhz=_int(values.get("sm_clock_mhz")),
+        tensor_active_ratio=_float(values.get("tensor_active_ratio")),
         xid=int(xid) if xid else None,
         namespace=pod[0],
         pod=pod[1],

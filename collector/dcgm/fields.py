@@ -37,6 +37,10 @@ FIELDS: dict[str, _Field] = {
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": _Field(
         "gr_engine_active_ratio", "gauge", 1.0, 0, 1, False, False, "ratio"
     ),
+    # Per GPU instance under MIG, like GR_ENGINE_ACTIVE: the ratio of cycles the tensor pipe ran.
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": _Field(
+        "tensor_active_ratio", "gauge", 1.0, 0, 1, False, False, "ratio"
+    ),
     "DCGM_FI_DEV_MEM_COPY_UTIL": _Field("mem_util_ratio", "gauge", 0.01, 0, 100, False, False, "%"),
     "DCGM_FI_DEV_FB_USED": _Field("fb_used", "gauge", 1.0, 0, 1 << 24, True, False, "MiB"),
     "DCGM_FI_DEV_FB_FREE": _Field("fb_free", "gauge", 1.0, 0, 1 << 24, True, False, "MiB"),

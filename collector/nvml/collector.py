@@ -331,6 +331,8 @@ class NvmlCollector:
         util = self._read("gpu_util_ratio", b.utilization, h)
         memory = self._read("memory_used_bytes", b.memory, h)
         power = self._read("power_watts", b.power_mw, h)
+        # tensor_active_ratio stays None: NVML has no plain tensor-pipe counter, only GPM
+        # metrics (Hopper and later) that need two timed samples.
         base = GpuSample(
             ts=now,
             cluster=self.cluster,

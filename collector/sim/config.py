@@ -38,9 +38,10 @@ class GpuModelSpec:
     """One GPU model as NVML reports it, plus the power and clock envelope the simulator uses.
 
     ``memory_total_bytes`` is NVML's ``memory.total`` (what ``nvidia-smi`` prints in MiB).
-    ``has_gr_engine`` says whether the source reports DCGM's profiling metric
-    ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``; when False the samples carry NULL there, so consumers
-    exercise their fallback to ``gpu_util_ratio``.
+    ``has_gr_engine`` says whether the source reports DCGM's profiling metrics
+    ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` and ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE``; when False the
+    samples carry NULL there, so consumers exercise their fallback to ``gpu_util_ratio`` and
+    their "not reported" state.
     """
 
     name: str

@@ -244,6 +244,9 @@ class SampleBuilder:
         u = util[ti, gi]
         has_gr = np.array([s.has_gr_engine for s in specs])[gi]
         gr = np.where(has_gr, u * (0.8 + 0.15 * noise[ti, gi]), np.nan)
+        # The tensor pipe runs part of the engine's busy time (0 when idle); a model without
+        # profiling metrics reports neither.
+        tensor = np.where(has_gr, u * (0.35 + 0.3 * (1.0 - noise[ti, gi])), np.nan)
         temp = 27.0 + 50.0 * (power[ti, gi] - idle_w[gi]) / span[gi] + 2.0 * noise[ti, gi]
         max_clock = np.array([s.max_sm_clock_mhz for s in specs])[gi]
         idle_clock = np.array([s.idle_sm_clock_mhz for s in specs])[gi]
@@ -279,6 +282,7 @@ class SampleBuilder:
             "energy_millijoules": energy[ti, gi].astype(np.uint64),
             "temperature_celsius": np.round(temp, 1).astype(np.float32),
             "sm_clock_mhz": clock.astype(np.uint32),
+            "tensor_active_ratio": pl.Series(tensor.astype(np.float32), nan_to_null=True),
             "xid": pl.Series(xid[ti, gi]).replace(0, None),
             **{k: pl.Series(v, dtype=pl.String).gather(lab) for k, v in labels.items()},
             "source": pl.repeat(SOURCE, n, eager=True, dtype=pl.String),

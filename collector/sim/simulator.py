@@ -23,6 +23,8 @@ Conventions worth knowing downstream:
   of one holder — the one that has held it longest; utilisation is the combined activity.
 * ``gr_engine_active_ratio`` is a bit below ``gpu_util_ratio`` on H100/A100 and NULL on
   L40S, so consumers exercise their fallback.
+* ``tensor_active_ratio`` is about half of ``gpu_util_ratio`` (0 when idle) where
+  ``gr_engine_active_ratio`` is reported, and NULL where it is not.
 * ``energy_millijoules`` counts since driver load: it resets when a node comes back.
 * The first run starts after a silent warm-up (``config.warmup``) so the cluster is busy from
   the first sample; the first batch carries the full inventory and the earlier

@@ -1,5 +1,5 @@
-"""One GPU as the viewer may see it: its telemetry over the range, the jobs that held it and
-when, and how much of each hold was idle.
+"""One GPU as the viewer may see it: its telemetry over the range (and which of it the GPU's
+source does not report), the jobs that held it and when, and how much of each hold was idle.
 
 Who sees what: a viewer limited to a tenant (a tenant's lead, or anyone who picked a tenant
 in the filters) sees the GPU only while that tenant's jobs held it — its own holds, and the
@@ -24,6 +24,16 @@ from gpuledger_errors import InputError
 from warehouse.analytics import gpu
 
 _MAX_UUID = 200
+#: The telemetry columns a GPU's source may not report at all (NVML has no tensor activity, a
+#: vGPU no power): null in every bucket, they read "not reported", never as zero.
+TELEMETRY = (
+    "util_mean",
+    "memory_used_bytes",
+    "power_watts",
+    "temperature_celsius",
+    "sm_clock_mhz",
+    "tensor_active_ratio",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +73,15 @@ class GpuView:
     @property
     def idle_gpu_hours(self) -> float:
         return sum(h.idle_gpu_hours for h in self.holds)
+
+    @property
+    def unreported(self) -> tuple[str, ...]:
+        """The :data:`TELEMETRY` columns with no value in any bucket although the GPU has
+        telemetry in the range: its source does not report them."""
+        frame = self.telemetry
+        if frame is None or not frame.height:
+            return ()
+        return tuple(c for c in TELEMETRY if frame[c].null_count() == frame.height)
 
 
 def _checked(gpu_uuid: str) -> str:

@@ -1,7 +1,7 @@
-"""One GPU: the telemetry a DCGM dashboard draws (utilisation, memory, power, temperature,
-from the 1-minute rollup), and what it cannot: which tenant's job held the GPU when, and how
-much of each hold sat idle. A tenant viewer sees the GPU only while its own jobs held it
-(:mod:`dashboards.answers.gpu`)."""
+"""One GPU: the telemetry a DCGM dashboard draws (utilisation, memory, power, temperature, SM
+clock, tensor activity, from the 1-minute rollup), and what it cannot: which tenant's job held
+the GPU when, and how much of each hold sat idle. A tenant viewer sees the GPU only while its
+own jobs held it (:mod:`dashboards.answers.gpu`)."""
 
 from __future__ import annotations
 
@@ -34,11 +34,14 @@ _HOLD_COLUMNS: list[dict[str, Any]] = [
 ]
 #: (column, axis title, scale) of each telemetry panel
 _PANELS = (
-    ("util", "Utilisation %", 100.0),
+    ("util_mean", "Utilisation %", 100.0),
     ("memory_used_bytes", "Memory used GiB", 1 / _GIB),
     ("power_watts", "Power W", 1.0),
     ("temperature_celsius", "Temperature °C", 1.0),
+    ("sm_clock_mhz", "SM clock MHz", 1.0),
+    ("tensor_active_ratio", "Tensor active %", 100.0),
 )
+_UNREPORTED = "Not reported by this GPU's source"
 
 
 def layout(uuid: str | None = None, **_query: str) -> html.Div:
@@ -125,15 +128,24 @@ def telemetry(view: GpuView) -> go.Figure:
         subplot_titles=[title for _, title, _ in _PANELS],
     )  # fmt: skip
     x = frame["t"].to_list()
+    unreported = view.unreported
     for row, (column, title, scale) in enumerate(_PANELS, start=1):
-        if column == "util":
-            for name, source in (("mean", "util_mean"), ("busiest sample", "util_max")):
-                y = [None if v is None else v * scale for v in frame[source].to_list()]
-                fig.add_scatter(x=x, y=y, name=f"Utilisation ({name})", row=row, col=1)
+        if column in unreported:  # an empty panel that says why, not a line at zero
+            fig.add_annotation(
+                text=_UNREPORTED, showarrow=False, font={"color": "#5b6478"},
+                xref="x domain", yref="y domain", x=0.5, y=0.5, row=row, col=1,
+            )  # fmt: skip
             continue
-        y = [None if v is None else v * scale for v in frame[column].to_list()]
-        fig.add_scatter(x=x, y=y, name=title, row=row, col=1)
-    fig.update_layout(template=widgets.LOOK, height=720, margin={"l": 50, "r": 20, "t": 40})
+        series = (
+            [("Utilisation (mean)", "util_mean"), ("Utilisation (busiest sample)", "util_max")]
+            if column == "util_mean"
+            else [(title, column)]
+        )
+        for name, source in series:
+            y = [None if v is None else v * scale for v in frame[source].to_list()]
+            fig.add_scatter(x=x, y=y, name=name, row=row, col=1)
+    height = 180 * len(_PANELS)
+    fig.update_layout(template=widgets.LOOK, height=height, margin={"l": 50, "r": 20, "t": 40})
     return fig
 
 

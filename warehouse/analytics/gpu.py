@@ -53,7 +53,8 @@ def telemetry(
 ) -> pl.DataFrame:
     """The GPU's telemetry over [start, end) per bucket (``sql/gpu_telemetry.sql``): bucket,
     t (its first minute read), util_mean, util_max, memory_used_bytes, memory_total_bytes,
-    power_watts, temperature_celsius, xid, minutes. ``within``: only the minutes wholly inside
+    power_watts, temperature_celsius, xid, sm_clock_mhz, tensor_active_ratio (means; null
+    where no sample had them), minutes. ``within``: only the minutes wholly inside
     these intervals (what a tenant may see: the time its own jobs held the GPU); empty:
     nothing."""
     if within is not None and not within:

@@ -42,6 +42,7 @@ from typing import Any
 import polars as pl
 
 from collector.records import (
+    ADDED_SAMPLE_COLUMNS,
     SAMPLE_SCHEMA,
     GpuHealth,
     GpuInventory,
@@ -267,11 +268,14 @@ def rebuild(kind: str, payload: str) -> Any:
         raise ValueError(
             "the payload is not a record (a source's raw input, or cut at 64 KiB)"
         ) from None
-    if not isinstance(data, dict) or set(data) != set(cls._fields):
+    # A sample quarantined before a column was added lacks it: null, as the source sent none.
+    fields = set(cls._fields)
+    later = set(ADDED_SAMPLE_COLUMNS) if kind == "gpu_sample" else set()
+    if not isinstance(data, dict) or not (fields - later <= set(data) <= fields):
         raise ValueError(f"the payload is not a {kind} record")
     values = {}
     for name in cls._fields:
-        value = data[name]
+        value = data.get(name)
         if name in _TIMES and isinstance(value, str):
             with contextlib.suppress(ValueError):  # else text: the check says what is wrong
                 value = dt.datetime.fromisoformat(value)

@@ -26,7 +26,12 @@ from warehouse.ingest.checks import (
     too_old_reason,
 )
 
-_RATIO_FIELDS = ("gpu_util_ratio", "gr_engine_active_ratio", "mem_util_ratio")
+_RATIO_FIELDS = (
+    "gpu_util_ratio",
+    "gr_engine_active_ratio",
+    "mem_util_ratio",
+    "tensor_active_ratio",
+)
 _NONNEG_FLOAT_FIELDS = ("power_watts",)
 _LABEL_FIELDS = (
     "cluster",

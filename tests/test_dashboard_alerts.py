@@ -167,3 +167,17 @@ def test_an_admin_or_a_manager_gets_the_buttons_and_a_tenant_none(history: Wareh
         assert grid["props"]["dashGridOptions"]["rowSelection"]["mode"] == "singleRow"
     for shown in (advice(Viewer("lead", "tenant:ml")), advice(Viewer("m", "manager"), False)):
         assert grid_rows(shown) and "alerts-approve" not in text(shown)
+
+
+def test_an_alert_message_names_no_other_tenant_to_a_tenant() -> None:
+    from warehouse.analytics.alerts import ANOTHER_TENANT, unnamed
+
+    got = unnamed(
+        "2 job(s) wait for H100 (j1 of product/search-ranking, j2 of ml/vision); product "
+        "borrows 3 idle GPUs; the search-ranking-x job is named as it is",
+        "ml",
+        ["product/search-ranking", "data/churn"],
+    )
+    assert "product" not in got.replace("search-ranking-x", "")
+    assert got.count(ANOTHER_TENANT) == 2 and "ml/vision" in got
+    assert "search-ranking-x" in got  # a word inside a longer name is not a tenant's name

@@ -256,7 +256,7 @@ def test_the_demo_fires_alerts_and_writes_the_chargeback(
         _healthy(port)
         written = out.wait_for(f"chargeback of {month} is written", 180)
         assert f"is written: chargeback-{month}.csv, chargeback-{month}.focus.csv" in written
-        err.wait_for("WARNING gpuledger.alerts: ", 120)  # told to the log as they fire
+        err.wait_for("WARNING gpuledger.alerts: ", 300)  # told to the log as they fire
         listed = subprocess.run(
             [*gpuledger_cmd, "alerts", "list", "--format", "csv", "--data-dir", str(data)],
             env=env, capture_output=True, text=True, timeout=120, check=True,

@@ -6,7 +6,8 @@ Alerting and advice are written by the chargeback-and-alerts and scheduler-hooks
 then both tables are empty, and so are these answers.
 
 Who sees what: a tenant's view (``tenant=``, an org or org/project) holds the alerts on its
-own jobs alone (an alert naming no tenant, a node's or a GPU's, is the cluster's) and the
+own jobs alone (an alert naming no tenant, a node's or a GPU's, is the cluster's; in its
+message, the other tenants it names are not named: :data:`ANOTHER_TENANT`) and the
 advice that takes GPUs from it or gives GPUs to it. In advice, the tenant on the other side is
 not named (:data:`ANOTHER_TENANT`), that side's jobs are not listed, and the free-text reason
 and patch are left out unless both sides are its own.
@@ -15,11 +16,13 @@ and patch are left out unless both sides are its own.
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import polars as pl
 
 from gpuledger_errors import InputError
 from warehouse import queries
+from warehouse.analytics import fleet
 from warehouse.analytics.tenancy import owns
 from warehouse.client import Warehouse
 
@@ -71,7 +74,27 @@ def open_alerts(
         closed=list(CLOSED_STATES),
         limit=limit,
     )
-    return _unprefixed(frame)
+    frame = _unprefixed(frame)
+    if tenant is None or not frame.height:
+        return frame
+    others = [t for t in fleet.known_tenants(wh) if not owns(tenant, t)]
+    return frame.with_columns(
+        pl.col("message").map_elements(lambda m: unnamed(m, tenant, others), pl.String)
+    )
+
+
+def unnamed(message: str, tenant: str, others: list[str]) -> str:
+    """``message`` with every tenant of ``others`` (org/project keys) that ``tenant`` does not
+    own named :data:`ANOTHER_TENANT`: an alert on a tenant's job may name the tenants beside
+    it (those whose jobs wait, or who share the GPU). Its keys go first, then its org and
+    project names alone, as whole words, where they are not names of ``tenant``'s own."""
+    own = set(tenant.split("/"))
+    for key in sorted(others, key=len, reverse=True):
+        message = message.replace(key, ANOTHER_TENANT)
+    words = {w for key in others for w in key.split("/") if w and w not in own}
+    for word in sorted(words, key=len, reverse=True):
+        message = re.sub(rf"(?<![\w/-]){re.escape(word)}(?![\w/-])", ANOTHER_TENANT, message)
+    return message
 
 
 def current_advice(

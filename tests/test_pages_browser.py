@@ -56,6 +56,8 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no {CHROMIUM}: `make chromium`"),
 ]
+#: A forged request's answer may take a first, uncached computation on a loaded machine.
+REQUEST_MS = 120_000
 
 
 def _pages(marks: Mapping[str, str] | None = None) -> list[Any]:
@@ -207,11 +209,11 @@ class Browser:
         return visit
 
     def get(self, path: str) -> tuple[int, str]:
-        got = self.context.request.get(self.site.url + path)
+        got = self.context.request.get(self.site.url + path, timeout=REQUEST_MS)
         return got.status, got.text()
 
     def post(self, path: str, body: Mapping[str, Any]) -> tuple[int, str]:
-        got = self.context.request.post(self.site.url + path, data=dict(body))
+        got = self.context.request.post(self.site.url + path, data=dict(body), timeout=REQUEST_MS)
         return got.status, got.text()
 
 

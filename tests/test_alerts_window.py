@@ -1,5 +1,6 @@
 """The waiting queue as of an instant is read in full for the jobs with an attempt open then
-alone (``queues.attempts_waiting``: ``sql/queue_open_jobs.sql``, then ``sql/queue_waiting.sql``),
+alone (``queues.attempts_waiting``: ``sql/queue_open_jobs.sql``, then ``sql/queue_attempts.sql``
+for those jobs),
 not for every job of the history: the same attempts, and so the same alert findings, as when
 every job was read (``queues.attempts``, the reference), however long the history."""
 

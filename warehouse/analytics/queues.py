@@ -80,6 +80,8 @@ def attempts(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime) 
         start=start,
         end=end,
         terminal=sorted(TERMINAL_EVENTS),
+        all_jobs=True,
+        jobs=[],
     )
 
 
@@ -91,16 +93,17 @@ def attempts_waiting(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFra
     """:func:`attempts` of [at, at + 1 ms) for the jobs alone with an attempt still open then,
     among which are all the attempts waiting at ``at``: a narrow pass over the events finds those
     jobs (``sql/queue_open_jobs.sql``), and theirs alone are read in full
-    (``sql/queue_waiting.sql``), rather than every job of the history. Same columns."""
+    (``sql/queue_attempts.sql`` for those jobs), rather than every job of the history."""
     start, end = _window(at, at + dt.timedelta(milliseconds=1))
     where = {"cluster": cluster, "end": end}
     jobs = queries.run(wh, "queue_open_jobs", **where, leaving=sorted(LEAVING_EVENTS))
     return queries.run(
         wh,
-        "queue_waiting",
+        "queue_attempts",
         **where,
         start=start,
         terminal=sorted(TERMINAL_EVENTS),
+        all_jobs=False,
         jobs=jobs["job_id"].to_list(),
     )
 

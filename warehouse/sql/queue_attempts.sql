@@ -5,6 +5,8 @@
 -- the previous attempt when that was preempted, evicted or failed (the job went back to wait).
 -- left_queue_ts: started_ts, else the terminal event that ended the attempt before it started
 -- (a cancel while queued); NULL while it still waits at `end`.
+-- With `all_jobs` false, only the jobs in `jobs` are read (their events, allocations and
+-- attributes, through the tables' sorting keys), not the whole history.
 WITH
     per_attempt AS (
         SELECT job_id, attempt,
@@ -15,7 +17,9 @@ WITH
                argMinIf(reason, ts, has({terminal:Array(String)}, event)) AS end_reason,
                max(gpu_fraction) AS gpu_fraction
         FROM {db:Identifier}.job_events
-        WHERE cluster = {cluster:String} AND ts < {end:DateTime64(3, 'UTC')}
+        WHERE cluster = {cluster:String}
+          AND ({all_jobs:Bool} OR job_id IN {jobs:Array(String)})
+          AND ts < {end:DateTime64(3, 'UTC')}
         GROUP BY job_id, attempt
     ),
     requeued AS (
@@ -29,7 +33,9 @@ WITH
                    least(coalesce(end_ts, {end:DateTime64(3, 'UTC')}),
                          {end:DateTime64(3, 'UTC')}))) / 3600000 AS gpu_hours
         FROM {db:Identifier}.allocations FINAL
-        WHERE cluster = {cluster:String} AND start_ts < {end:DateTime64(3, 'UTC')}
+        WHERE cluster = {cluster:String}
+          AND ({all_jobs:Bool} OR job_id IN {jobs:Array(String)})
+          AND start_ts < {end:DateTime64(3, 'UTC')}
         GROUP BY job_id, attempt
     ),
     attrs AS (
@@ -38,6 +44,7 @@ WITH
                max(gpus_requested) AS gpus_requested
         FROM {db:Identifier}.jobs
         WHERE cluster = {cluster:String}
+          AND ({all_jobs:Bool} OR job_id IN {jobs:Array(String)})
         GROUP BY job_id
     ),
     attempts AS (

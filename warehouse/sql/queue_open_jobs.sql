@@ -1,7 +1,7 @@
 -- The jobs of {cluster} with an attempt still open at `end` (exclusive): one that has events
 -- before `end` and none of them {leaving} (started or terminal). Every attempt that waits at an
--- instant before `end` is one of these jobs' (queue_waiting.sql), so only these need the whole
--- reading of queue_attempts.sql. A narrow pass over the events: job, attempt, event and time.
+-- instant before `end` is one of these jobs', so only these need the whole reading of
+-- queue_attempts.sql (its `jobs`). A narrow pass over the events: job, attempt, event and time.
 SELECT DISTINCT job_id
 FROM (
     SELECT job_id, attempt

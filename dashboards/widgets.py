@@ -10,6 +10,10 @@ from decimal import Decimal
 from typing import Any
 
 import dash_ag_grid as dag
+
+# Whole before any figure: plotly takes pandas from sys.modules without importing it, and finds
+# it half-imported while a periodic job's thread is importing it (seen: serve failed to start).
+import pandas  # noqa: F401
 import plotly.graph_objects as go
 import plotly.io as pio
 import polars as pl

@@ -22,6 +22,8 @@ from gpuledger_errors import InputError
 from warehouse.times import format_duration
 
 if TYPE_CHECKING:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
     from warehouse.client import Warehouse
     from warehouse.ledger import IdleRule, Ledger
 
@@ -208,6 +210,17 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
 def utc_now() -> dt.datetime:
     """The one place the commands read the clock; everything below takes ``now``."""
     return dt.datetime.now(dt.UTC)
+
+
+def periodic_scheduler() -> BackgroundScheduler:
+    """The scheduler of a process's periodic jobs (threads, never processes: the engine must not
+    be forked), in UTC. A run that starts late still runs, once: APScheduler's default drops a
+    run more than 1 s late, which a busy process (a backfill, a ledger) makes of every run."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    return BackgroundScheduler(
+        timezone="UTC", job_defaults={"misfire_grace_time": None, "coalesce": True}
+    )
 
 
 def idle_rule(settings: Settings) -> IdleRule:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from collector.sim.simulator import Simulator, SimulatorConfig
+from gpuledger.commands import periodic_scheduler
 from gpuledger.settings import AlertSettings, Settings
 from warehouse import queries
 from warehouse.client import Warehouse, WarehouseError
@@ -140,7 +141,7 @@ def _record_demo(wh: Warehouse, params: dict[str, object]) -> None:
 
 def start_live(run: DemoRun, interval_s: int) -> BackgroundScheduler:
     """Keep the simulated cluster live: every ``interval_s`` simulate up to the wall clock."""
-    scheduler = BackgroundScheduler(timezone="UTC")
+    scheduler = periodic_scheduler()
 
     def tick() -> None:
         try:

@@ -27,6 +27,7 @@ from gpuledger.commands import (
     cmd_queues,
     cmd_why,
     idle_rule,
+    periodic_scheduler,
     utc_now,
 )
 from gpuledger.forward import FORWARDED_TEXT, ForwardServer, is_forwarded
@@ -257,14 +258,15 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     if answers is not None:
         keep_refreshed(answers, refreshing)
     url = f"{'https' if tls else 'http'}://{s.host}:{s.port}"
-    print(
-        f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
-        f"{settings.warehouse.resolved_dsn}; agents' batches wait in {spool_dir})",
-        flush=True,
-    )
     try:
+        _listen(server, s.host, s.port)
+        print(
+            f"gpuledger dashboard: {url}  (Ctrl-C to stop; data stays in "
+            f"{settings.warehouse.resolved_dsn}; agents' batches wait in {spool_dir})",
+            flush=True,
+        )
         with contextlib.suppress(SystemExit, KeyboardInterrupt):
-            server.start()
+            server.serve()
     finally:
         refreshing.set()
         if forwarding is not None:
@@ -274,6 +276,19 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         for part in admission:
             part.stop()
     return 0
+
+
+def _listen(server: Any, host: str, port: int) -> None:
+    """Bind the HTTP server's socket (cheroot's ``prepare``), or say in one line why it cannot:
+    a port another program holds is a setting to change, not a traceback."""
+    try:
+        server.prepare()
+    except OSError as exc:
+        why = exc.args[0] if exc.args else exc
+        raise SettingsError(
+            f"server.port {port}: cannot listen on {host}:{port} ({why}): another program "
+            "may hold it; stop it, or pick another port with --port (server.port)"
+        ) from None
 
 
 #: How long the HTTP server's threads get to finish their requests when serve stops, seconds.
@@ -474,13 +489,11 @@ def _periodic_jobs(
         or first
     ):
         return None
-    from apscheduler.schedulers.background import BackgroundScheduler
-
     from gpuledger.advise_commands import schedule_advice
     from gpuledger.alert_commands import schedule_alerts
     from gpuledger.report_commands import schedule_reports
 
-    scheduler = BackgroundScheduler(timezone="UTC")
+    scheduler = periodic_scheduler()
     if first is not None:
         first(scheduler)
     schedule_reports(scheduler, wh, settings)

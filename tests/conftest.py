@@ -300,33 +300,46 @@ def serving(
 ) -> Iterator[str]:
     """A real `gpuledger serve` over ``data_dir`` on a free port of 127.0.0.1, once its
     /healthz answers (HTTPS checked against ``tls_ca`` when given): its base URL. Stopped at
-    the end. What it prints goes to ``log`` when given (a failed callback's traceback)."""
-    port = free_port()
-    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 (closed below)
-    server = subprocess.Popen(
-        [*gpuledger_cmd, "serve", "--port", str(port), "--data-dir", str(data_dir)],
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
-    )
-    url = f"{'https' if tls_ca else 'http'}://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                verify = str(tls_ca) if tls_ca else True
-                if requests.get(f"{url}/healthz", verify=verify, timeout=5).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, "serve did not start"
-            time.sleep(0.2)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-        if not isinstance(out, int):
-            out.close()
+    the end. What it prints goes to ``log`` (a failed callback's traceback), else to a file
+    beside ``data_dir`` that a failure to start quotes. A port another test's process took
+    between ``free_port`` and the bind is tried again on another."""
+    log = log or data_dir.parent / f"serve-{data_dir.name}.log"
+    for _ in range(3):
+        port = free_port()
+        with open(log, "wb") as out:  # the child keeps its own copy
+            server = subprocess.Popen(
+                [*gpuledger_cmd, "serve", "--port", str(port), "--data-dir", str(data_dir)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        url = f"{'https' if tls_ca else 'http'}://127.0.0.1:{port}"
+        try:
+            if _started(server, url, tls_ca):
+                yield url
+                return
+            said = log.read_text(errors="replace")
+            taken = f"cannot listen on 127.0.0.1:{port}" in said
+            assert taken, f"serve did not start: {said[-3000:]}"
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    raise AssertionError("serve found no free port in three tries")
+
+
+def _started(server: subprocess.Popen[bytes], url: str, tls_ca: Path | None) -> bool:
+    """Whether ``server`` answers /healthz within 120 s (False: it ended first)."""
+    deadline = time.monotonic() + 120
+    while server.poll() is None:
+        try:
+            verify = str(tls_ca) if tls_ca else True
+            if requests.get(f"{url}/healthz", verify=verify, timeout=5).status_code == 200:
+                return True
+        except requests.ConnectionError:
+            pass
+        assert time.monotonic() < deadline, "serve did not answer /healthz in 120 s"
+        time.sleep(0.2)
+    return False
 
 
 # -- a served demo warehouse, for the pages' tests over HTTP and in the browser --------------

@@ -96,15 +96,15 @@ def test_refresh_recomputes_what_was_asked_lately_and_forgets_the_rest() -> None
     cache.get("a", a)
     cache.get("b", b)
     clock.t += 20
-    assert cache.refresh() == 0  # both younger than half their time
-    clock.t += 20
+    assert cache.refresh() == 0  # both younger than three quarters of their time
+    clock.t += 30
     cache.get("a", a)  # asked again: kept
     assert cache.refresh() == 2 and (a.calls, b.calls) == (2, 2)
-    clock.t += 290  # b was last asked 330 s ago, a 290 s ago
+    clock.t += 290  # b was last asked 340 s ago, a 290 s ago
     assert cache.refresh() == 1 and len(cache) == 1
     assert cache.get("a", a) == 3 and a.calls == 3  # the refreshed answer, no computation
     a.fail = RuntimeError("warehouse gone")
-    clock.t += 40
+    clock.t += 50
     assert cache.refresh() == 0 and len(cache) == 0  # a failed refresh is dropped, not kept
 
 

@@ -168,7 +168,8 @@ def test_read_commands_are_answered_by_the_running_demo(
     # two days backfilled: yesterday is whole, and its ledger does not move with the clock
     demo = subprocess.Popen(
         [*gpuledger_cmd, "demo", "--days", "2", "--gpus", "8", "--port", str(port), *where],
-        env=cli_env,
+        # the chargeback the demo writes as it starts: CSV alone, no Chromium beside the reads
+        env={**cli_env, "GPULEDGER_REPORTS__FORMATS": "csv"},
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -16,10 +16,12 @@ import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuledger_errors import InputError
-from scheduler_hooks.snapshot import Snapshot, TenantState
+
+if TYPE_CHECKING:  # the snapshot's module reads the warehouse: settings checks need none of it
+    from scheduler_hooks.snapshot import Snapshot, TenantState
 
 #: What a tenant's policy may be.
 POLICIES = ("allow", "warn", "deny", "deprioritise")

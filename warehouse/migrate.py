@@ -258,11 +258,11 @@ def migrate(wh: Warehouse, opts: RenderOptions, *, repair: bool = False) -> list
         m = by_version[st.version]
         for statement in render(m, opts):
             wh.command(statement)
-        wh.insert_rows(
-            "schema_migrations",
-            [(m.version, m.name, m.checksum, dt.datetime.now(dt.UTC))],
-            ["version", "name", "checksum", "applied_at"],
-            ["UInt32", "String", "String", "DateTime64(3, 'UTC')"],
+        # a plain INSERT statement: half the cost of a client insert, once per migration
+        wh.command(
+            "INSERT INTO {db:Identifier}.schema_migrations (version, name, checksum, applied_at) "
+            "VALUES ({v:UInt32}, {n:String}, {c:String}, now64(3, 'UTC'))",
+            {"db": wh.database, "v": m.version, "n": m.name, "c": m.checksum},
         )
         done.append(m)
     reconcile_retention(wh, opts)

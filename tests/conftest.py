@@ -31,12 +31,29 @@ DATA = ROOT / "tests" / "data"  # everything the suite reads (see tests/data/REA
 _counter = itertools.count()
 
 
+#: The modules that take longest (`make test`'s durations), run first: with one module per
+#: worker at a time (``--dist loadfile``), a long one taken up last keeps the others waiting.
+SLOWEST_FIRST = (
+    "test_pages_browser.py",
+    "test_cli.py",
+    "test_ledger_seal.py",
+    "test_sql_console.py",
+    "test_reports.py",
+    "test_pages_http.py",
+    "test_cli_fuzz.py",
+    "test_ledger.py",
+    "test_advice_api.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "wh" in getattr(item, "fixturenames", ()) or "engine" in getattr(
             item, "fixturenames", ()
         ):
             item.add_marker(pytest.mark.integration)
+    rank = {name: n for n, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept
 
 
 @pytest.fixture(scope="session")
@@ -53,9 +70,47 @@ def fresh_database(engine: Warehouse) -> Iterator[Warehouse]:
     """A new, migrated database in ``engine``, dropped afterwards (for fixtures of any scope)."""
     database = f"t{os.getpid()}_{next(_counter)}"
     fresh = Warehouse(engine.client, database, engine.dsn)
-    migrate(fresh, RenderOptions(database=database))
+    copy_schema(engine, _migrated(engine), database)
     yield fresh
     engine.command(f"DROP DATABASE IF EXISTS {database} SYNC")
+
+
+_templates: dict[int, str] = {}  # id(engine's client) -> its migrated template database
+
+
+def _migrated(engine: Warehouse) -> str:
+    """A database of ``engine`` migrated once per process, whose schema the tests' databases
+    copy: its CREATE statements as the engine shows them cost a fifth of running every
+    migration (test_migrations checks that the copy and a migration are the same)."""
+    key = id(engine.client)
+    if key not in _templates:
+        name = f"tpl{os.getpid()}_{next(_counter)}"
+        migrate(Warehouse(engine.client, name, engine.dsn), RenderOptions(database=name))
+        _templates[key] = name
+    return _templates[key]
+
+
+def copy_schema(engine: Warehouse, source: str, database: str) -> None:
+    """Create ``database`` with the tables and views of ``source`` (materialised views after
+    the tables they read and write) and its record of applied migrations."""
+    engine.command(
+        engine.rows("SHOW CREATE DATABASE {db:Identifier}", {"db": source})[0][0].replace(
+            f"{source}", database, 1
+        )
+    )
+    tables = engine.rows(
+        "SELECT name FROM system.tables WHERE database = {db:String} "
+        "ORDER BY engine = 'MaterializedView', name",
+        {"db": source},
+    )
+    for (name,) in tables:
+        create = engine.rows(
+            "SHOW CREATE TABLE {db:Identifier}.{t:Identifier}", {"db": source, "t": name}
+        )[0][0]
+        engine.command(create.replace(f"{source}.", f"{database}."))
+    engine.command(
+        f"INSERT INTO {database}.schema_migrations SELECT * FROM {source}.schema_migrations"
+    )
 
 
 @pytest.fixture
@@ -388,11 +443,19 @@ class Site:
 
 
 @pytest.fixture(scope="session")
-def demo_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    """32 simulated GPUs over 3 days (`gpuledger demo --no-serve`), served by `gpuledger
-    serve` for the whole session. The lead's org is the one with the most jobs."""
+def _site_data(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    """32 simulated GPUs over 3 days (`gpuledger demo --no-serve`) with the alerts of the
+    moment recorded (`gpuledger alerts check`), built once per worker; not served yet. The
+    lead's org is the one with the most jobs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
     env["PYTHONPATH"] = str(ROOT)
+    # The pages are tested here, the periodic jobs and the webhook elsewhere: a server left
+    # running them beside the other tests took a fifth of the machine.
+    env |= {
+        "GPULEDGER_ALERTS__INTERVAL_S": "0",
+        "GPULEDGER_SCHEDULER__PROPOSE_INTERVAL_S": "0",
+        "GPULEDGER_ADMISSION__ENABLED": "false",
+    }
     cmd = [sys.executable, "-m", "gpuledger.cli"]
     root = tmp_path_factory.mktemp("site")
     data = root / "data"
@@ -428,13 +491,20 @@ def demo_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     days = ((last - dt.timedelta(days=1)).isoformat(), last.isoformat())
     site.cli("user", "add", "mgr", "--role", "manager", "--password-stdin", stdin=PASSWORD)
     site.cli("user", "add", "lead", "--role", f"tenant:{org}", "--password-stdin", stdin=PASSWORD)
-    with serving(cmd, env, data, log=site.log) as url:
-        yield dataclasses.replace(
-            site,
-            url=url,
-            org=org,
-            others=frozenset(n for n in names if n),
-            other_orgs=tuple(sorted(o for o in per_org if o != org)),
-            template_values={"uuid": uuid},
-            days=days,
-        )
+    site.cli("alerts", "check")  # what serve's alert job would have recorded by now
+    return dataclasses.replace(
+        site,
+        org=org,
+        others=frozenset(n for n in names if n),
+        other_orgs=tuple(sorted(o for o in per_org if o != org)),
+        template_values={"uuid": uuid},
+        days=days,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo_site(_site_data: Site) -> Iterator[Site]:
+    """The simulated site (``_site_data``) served by `gpuledger serve` while a module's tests
+    run: stopped when they end, not at the end of the session."""
+    with serving(_site_data.cmd, _site_data.env, _site_data.data_dir, log=_site_data.log) as url:
+        yield dataclasses.replace(_site_data, url=url)

@@ -1,9 +1,11 @@
 import datetime as dt
 import itertools
+import os
 import re
 from typing import Any
 
 import pytest
+from conftest import copy_schema
 
 from warehouse.analytics import gpu
 from warehouse.client import Warehouse
@@ -124,18 +126,36 @@ def test_parts_render_alike_in_both_spellings() -> None:
         assert m.version <= LAST_DOLLAR_MIGRATION or "${" not in m.sql, m.name
 
 
-def test_fresh_database_gets_every_table(wh: Warehouse) -> None:
-    names = {
-        r[0]
-        for r in wh.rows(
-            "SELECT name FROM system.tables WHERE database = {d:String}", {"d": wh.database}
-        )
-    }
-    assert names >= TABLES
-    assert all(
-        s.applied and not s.checksum_changed
-        for s in status(wh, RenderOptions(database=wh.database))
-    )
+def test_fresh_database_gets_every_table_and_the_tests_copy_is_the_same(
+    engine: Warehouse,
+) -> None:
+    migrated = Warehouse(engine.client, f"t_migrated_{os.getpid()}", engine.dsn)
+    copied = f"t_copied_{os.getpid()}"
+    try:
+        migrate(migrated, RenderOptions(database=migrated.database))
+        copy_schema(engine, migrated.database, copied)  # what the `wh` fixture does
+
+        def schema(database: str) -> dict[str, str]:
+            return {
+                name: create.replace(f"{database}.", "DB.")
+                for name, create in engine.rows(
+                    "SELECT name, create_table_query FROM system.tables "
+                    "WHERE database = {d:String}",
+                    {"d": database},
+                )
+            }
+
+        assert set(schema(migrated.database)) >= TABLES
+        assert schema(copied) == schema(migrated.database)
+        for database in (migrated.database, copied):
+            states = status(
+                Warehouse(engine.client, database, engine.dsn), RenderOptions(database=database)
+            )
+            assert len(states) == len(load_migrations())
+            assert all(s.applied and not s.checksum_changed for s in states)
+    finally:
+        for database in (migrated.database, copied):
+            engine.command(f"DROP DATABASE IF EXISTS {database} SYNC")
 
 
 def test_migrate_twice_applies_nothing_the_second_time(wh: Warehouse) -> None:

@@ -239,7 +239,14 @@ def test_the_demo_fires_alerts_and_writes_the_chargeback(
     tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
     data, port = tmp_path / "d", _free_port()
-    env = {**cli_env, "GPULEDGER_REPORTS__FORMATS": "csv,focus"}  # no PDF: no Chromium to wait for
+    env = {
+        **cli_env,
+        "GPULEDGER_REPORTS__FORMATS": "csv,focus",  # no PDF: no Chromium to wait for
+        # whether 8 GPUs hold an hour-long idle job at this hour depends on the hour: a GPU
+        # held under 99% for 10 min is there at any hour, so the rule fires whenever it runs
+        "GPULEDGER_ALERTS__IDLE_UTIL_PERCENT": "99",
+        "GPULEDGER_ALERTS__IDLE_FOR_S": "600",
+    }
     proc = subprocess.Popen(
         [*gpuledger_cmd, "demo", "--days", "0.5", "--gpus", "8", "--insecure",
          "--port", str(port), "--data-dir", str(data)],

@@ -139,6 +139,7 @@ def test_workloads_that_end_without_pods(fake: FakeKubeApi, start: Callable[...,
     fake.delete("workloads", "ml-vision/job-gone-1a2b3")
     fake.put("workloads", finished(workload("failed", job_uid="job-failed"), 3, "Failed"))
     fake.put("workloads", finished(workload("done", job_uid="job-done"), 4, "Succeeded"))
+    runner.wait_events(7)  # seen before the relist, or a loaded machine reads them as gone
     fake.delete("workloads", "ml-vision/job-in-gap-1a2b3", event=False)
     fake.expire()  # nobody saw that one go: a relist finds it missing
     runner.wait_events(8)

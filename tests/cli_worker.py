@@ -1,13 +1,16 @@
-"""Runs ``gpuledger`` command lines for tests/test_cli_fuzz.py, one after another in this one
-process, each as the ``gpuledger`` entry point runs it.
+"""Runs ``gpuledger`` command lines for the tests (tests/cli_runner.py), one after another in
+this one process, each as the ``gpuledger`` entry point runs it.
 
     python tests/cli_worker.py REQUEST_FD REPLY_FD
 
-Each request is a line of JSON, ``{"argv": [...], "stdout": PATH, "stderr": PATH}``. The worker
-points file descriptors 1 and 2 at those two files (so what the engine's own code writes there
-is caught too), calls ``gpuledger.cli.main(argv)`` and answers with a line ``{"status": N}``:
-what ``sys.exit(main())`` would have exited with. An exception that escapes ``main`` is printed
-as the interpreter prints it (a traceback on stderr, status 1).
+Each request is a line of JSON, ``{"argv": [...], "stdout": PATH, "stderr": PATH}``, with
+optionally ``"stdin": PATH``, ``"env": {...}`` and ``"cwd": PATH``. The worker points file
+descriptors 0, 1 and 2 at those files (so what the engine's own code writes there is caught
+too; stdin is empty when none is given), sets the environment and working directory the command
+would have had as a process, calls ``gpuledger.cli.main(argv)`` and answers with a line
+``{"status": N}``: what ``sys.exit(main())`` would have exited with. An exception that escapes
+``main`` is printed as the interpreter prints it (a traceback on stderr, status 1). The
+environment, working directory and stdin are put back after each command.
 
 Why a worker: a fresh ``python -m gpuledger.cli`` costs one to two seconds of start-up per
 command line, and the embedded engine lets a process open one data directory at a time, while
@@ -51,7 +54,14 @@ def _fresh_logging() -> None:
         logging.getLogger(name).setLevel(logging.NOTSET)
 
 
-def run(argv: list[str], stdout: str, stderr: str) -> int:
+def run(
+    argv: list[str],
+    stdout: str,
+    stderr: str,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> int:
     from gpuledger.cli import main
 
     sys.stdout.flush()
@@ -59,6 +69,16 @@ def run(argv: list[str], stdout: str, stderr: str) -> int:
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
+    with open(stdin or os.devnull, "rb") as source:
+        os.dup2(source.fileno(), 0)
+    # a new reader of fd 0: nothing an earlier command left in the old one's buffer
+    kept_stdin, sys.stdin = sys.stdin, open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    kept_env, kept_cwd = dict(os.environ), os.getcwd()
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    if cwd is not None:
+        os.chdir(cwd)
     _fresh_logging()
     try:
         status = _exit_status(main(argv))
@@ -73,6 +93,11 @@ def run(argv: list[str], stdout: str, stderr: str) -> int:
                 stream.flush()
             except Exception:  # the interpreter says so at exit, too
                 traceback.print_exc(file=sys.__stderr__)
+        sys.stdin.close()
+        sys.stdin = kept_stdin
+        os.environ.clear()
+        os.environ.update(kept_env)
+        os.chdir(kept_cwd)
     gc.collect()  # closes the command's warehouse, so that the next command can open one
     return status
 
@@ -83,7 +108,14 @@ def serve(requests: int, replies: int) -> None:
     with inbox, outbox:
         for line in inbox:
             ask = json.loads(line)
-            status = run(ask["argv"], ask["stdout"], ask["stderr"])
+            status = run(
+                ask["argv"],
+                ask["stdout"],
+                ask["stderr"],
+                ask.get("stdin"),
+                ask.get("env"),
+                ask.get("cwd"),
+            )
             outbox.write(json.dumps({"status": status}) + "\n")
             outbox.flush()
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import requests
+from cli_runner import Cli, Worker
 
 from warehouse.client import Warehouse, connect
 from warehouse.migrate import RenderOptions, migrate
@@ -133,22 +134,32 @@ def gpuledger_cmd() -> list[str]:
     return [sys.executable, "-m", "gpuledger.cli"]
 
 
+@pytest.fixture(scope="session")
+def _cli_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+    worker = Worker(tmp_path_factory.mktemp("cli"), env)
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def run_cli(_cli_worker: Worker) -> Cli:
+    """`gpuledger ARGS` run by this test process's CLI worker (tests/cli_runner.py): a
+    CompletedProcess as :func:`subprocess.run` would give it, without a process's start-up."""
+    return Cli(_cli_worker)
+
+
 SqlRows = Callable[[str, "Path | str"], list[list[str]]]
 
 
 @pytest.fixture
-def sql_rows(gpuledger_cmd: list[str], cli_env: dict[str, str]) -> SqlRows:
-    """Run ``gpuledger sql QUERY --format csv --data-dir DIR`` as a subprocess (the data
-    directory's owner must have stopped); the rows after the header, as lists of strings."""
+def sql_rows(run_cli: Cli, cli_env: dict[str, str]) -> SqlRows:
+    """Run ``gpuledger sql QUERY --format csv --data-dir DIR`` (the data directory's owner
+    must have stopped); the rows after the header, as lists of strings."""
 
     def run(query: str, data_dir: Path | str) -> list[list[str]]:
-        got = subprocess.run(
-            [*gpuledger_cmd, "sql", query, "--format", "csv", "--data-dir", str(data_dir)],
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        argv = ("sql", query, "--format", "csv", "--data-dir", str(data_dir))
+        got = run_cli(*argv, env=cli_env, timeout=120)
         assert got.returncode == 0, got.stderr[-2000:]
         return [line.split(",") for line in got.stdout.splitlines()[1:]]
 
@@ -313,25 +324,17 @@ def usage_between(
 
 
 def make_token(
-    gpuledger_cmd: list[str], env: dict[str, str], data_dir: Path, cluster: str, *more: str
+    cmd: list[str] | Cli, env: dict[str, str], data_dir: Path, cluster: str, *more: str
 ) -> str:
-    """An ingest token for ``cluster``, made as a user would: `gpuledger token create`."""
-    got = subprocess.run(
-        [
-            *gpuledger_cmd,
-            "token",
-            "create",
-            "--cluster",
-            cluster,
-            *more,
-            "--data-dir",
-            str(data_dir),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """An ingest token for ``cluster``, made as a user would: `gpuledger token create` (as a
+    subprocess for a command line, by the CLI worker for a :class:`Cli`)."""
+    argv = ["token", "create", "--cluster", cluster, *more, "--data-dir", str(data_dir)]
+    if isinstance(cmd, Cli):
+        got = cmd(*argv, env=env, timeout=60)
+    else:
+        got = subprocess.run(
+            [*cmd, *argv], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
     assert got.returncode == 0, got.stderr
     return got.stdout.strip()
 

@@ -19,6 +19,7 @@ from typing import Any
 import advice_fixture as af
 import pytest
 import requests
+from cli_runner import Cli
 from conftest import PASSWORD, ROOT, serving
 from test_advice_api import FILL
 
@@ -34,21 +35,14 @@ class Data:
     """The data directory, how to run the CLI on it, and the proposed advice's ids by kind."""
 
     dir: Path
-    cmd: list[str]
+    cmd: list[str]  # for `serve`
+    cli: Cli  # for the commands that end
     env: dict[str, str]
     ids: dict[str, str]
 
     def run(self, *args: str, stdin: str | None = None, **env: str) -> Any:
-        return subprocess.run(
-            [*self.cmd, *args, "--data-dir", str(self.dir)],
-            cwd=ROOT,
-            env={**self.env, **env},
-            input=stdin,
-            stdin=None if stdin is not None else subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        argv = (*args, "--data-dir", str(self.dir))
+        return self.cli(*argv, env={**self.env, **env}, stdin=stdin, timeout=180, cwd=ROOT)
 
     def ok(self, *args: str, stdin: str | None = None, **env: str) -> str:
         got = self.run(*args, stdin=stdin, **env)
@@ -74,10 +68,10 @@ class Data:
 
 
 @pytest.fixture
-def data(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]) -> Data:
+def data(tmp_path: Path, gpuledger_cmd: list[str], run_cli: Cli, cli_env: dict[str, str]) -> Data:
     where = tmp_path / "data"
     subprocess.run([sys.executable, "-c", FILL, str(where)], cwd=ROOT, env=cli_env, check=True)
-    made = Data(where, gpuledger_cmd, cli_env, {})
+    made = Data(where, gpuledger_cmd, run_cli, cli_env, {})
     for name, role in ((MANAGER, "manager"), (TENANT, "tenant:ml/vision")):
         made.ok("user", "add", name, "--role", role, "--password-stdin", stdin=PASSWORD + "\n")
     shown = json.loads(made.ok("advise", "--format", "json", "--at", af.T.isoformat()))

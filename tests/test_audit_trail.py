@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cli_runner import Cli
 from conftest import make_token, serving
 
 from gpuledger.audit_pending import as_json, drain, keep, new_entry
@@ -80,14 +81,12 @@ def test_the_socket_takes_only_credential_entries_of_its_own_user(tmp_path: Path
 
 
 def _run(
-    cmd: list[str], env: dict[str, str], *args: str, stdin: str = ""
+    cli: Cli, env: dict[str, str], *args: str, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*cmd, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120
-    )
+    return cli(*args, env=env, stdin=stdin, timeout=120)
 
 
-def _changes(cmd: list[str], env: dict[str, str], data: Path, cluster: str) -> None:
+def _changes(cmd: Cli, env: dict[str, str], data: Path, cluster: str) -> None:
     """A token made and revoked, a user added and removed, and a revocation that fails."""
     where = ("--data-dir", str(data))
     make_token(cmd, env, data, cluster)
@@ -100,7 +99,7 @@ def _changes(cmd: list[str], env: dict[str, str], data: Path, cluster: str) -> N
     assert _run(cmd, env, "user", "remove", f"u-{cluster}", *where).returncode == 0
 
 
-def _audit(cmd: list[str], env: dict[str, str], data: Path) -> list[dict[str, str]]:
+def _audit(cmd: Cli, env: dict[str, str], data: Path) -> list[dict[str, str]]:
     got = _run(cmd, env, "audit", "--format", "json", "--data-dir", str(data))
     assert got.returncode == 0, got.stderr
     return [e for e in reversed(json.loads(got.stdout)) if e["action"] != "demo.start"]
@@ -128,40 +127,40 @@ def _token_id(entries: list[dict[str, str]]) -> str:
 
 
 def test_changes_wait_for_the_next_process_when_nobody_owns_the_warehouse(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, run_cli: Cli, cli_env: dict[str, str]
 ) -> None:
     data = tmp_path / "d"
-    _changes(gpuledger_cmd, cli_env, data, "c1")  # before any warehouse exists, even
+    _changes(run_cli, cli_env, data, "c1")  # before any warehouse exists, even
     pending = data / PENDING
     assert stat.S_IMODE(pending.stat().st_mode) == 0o600
     assert len(json.loads(pending.read_text())["entries"]) == 5
-    entries = _audit(gpuledger_cmd, cli_env, data)
+    entries = _audit(run_cli, cli_env, data)
     assert _summary(entries) == _expected("c1", _token_id(entries))
     assert {e["actor"] for e in entries} == {_os_user()}
     assert "no token 'nosuch'" in entries[2]["detail"]
     assert entries[0]["detail"] == "cluster c1" and entries[3]["detail"] == "role manager"
     assert not pending.exists()
-    assert _audit(gpuledger_cmd, cli_env, data) == entries  # once
+    assert _audit(run_cli, cli_env, data) == entries  # once
 
 
 def test_changes_reach_the_running_server_at_once(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, run_cli: Cli, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
     data = tmp_path / "d"
-    _changes(gpuledger_cmd, cli_env, data, "before")  # kept; `serve` writes them as it starts
+    _changes(run_cli, cli_env, data, "before")  # kept; `serve` writes them as it starts
     with serving(gpuledger_cmd, cli_env, data):
         assert not (data / PENDING).exists()
-        _changes(gpuledger_cmd, cli_env, data, "during")
+        _changes(run_cli, cli_env, data, "during")
         assert not (data / PENDING).exists()  # sent over the socket, written there
-        entries = _audit(gpuledger_cmd, cli_env, data)  # answered by `serve`
+        entries = _audit(run_cli, cli_env, data)  # answered by `serve`
     before, during = entries[:5], entries[5:]
     assert _summary(before) == _expected("before", _token_id(before))
     assert _summary(during) == _expected("during", _token_id(during))
-    assert _audit(gpuledger_cmd, cli_env, data) == entries  # read directly: the same, once
+    assert _audit(run_cli, cli_env, data) == entries  # read directly: the same, once
 
 
 def test_an_owner_that_does_not_answer_leaves_the_entry_waiting(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, run_cli: Cli, cli_env: dict[str, str]
 ) -> None:
     """Another process holds the engine's lock and has no socket to ask it on (such as
     `gpuledger import` while it runs): the entry waits, and is written once it has gone."""
@@ -172,7 +171,7 @@ def test_an_owner_that_does_not_answer_leaves_the_entry_waiting(
         status.write("PID: 4242\n")
         status.flush()
         fcntl.flock(status, fcntl.LOCK_EX)
-        added = _run(gpuledger_cmd, cli_env, "user", "add", "ana", "--role", "admin", "-v", *where)
+        added = _run(run_cli, cli_env, "user", "add", "ana", "--role", "admin", "-v", *where)
         fcntl.flock(status, fcntl.LOCK_UN)
     (data / "status").unlink()
     assert added.returncode == 0
@@ -180,7 +179,7 @@ def test_an_owner_that_does_not_answer_leaves_the_entry_waiting(
     assert "INFO gpuledger.audit_trail: the audit log did not take this change now (" in note
     assert "(PID 4242)" in note and f"it waits in {data / PENDING}" in note
     assert len(json.loads((data / PENDING).read_text())["entries"]) == 1
-    assert _summary(_audit(gpuledger_cmd, cli_env, data)) == [("user.add", "ana", "ok")]
+    assert _summary(_audit(run_cli, cli_env, data)) == [("user.add", "ana", "ok")]
     assert not (data / PENDING).exists()
 
 

@@ -21,18 +21,14 @@ import dataclasses
 import datetime as dt
 import http.server
 import io
-import json
 import os
-import select
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from cli_runner import Outcome, Worker
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
@@ -43,68 +39,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
-#: A command line that takes longer than this has hung (the slowest here take about 3 s).
-TIMEOUT_S = 60.0
 CLOSED = "127.0.0.1:9"  # the discard port: nothing listens there
-
-
-# -- the worker -----------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    status: int | None  # None: the command line did not finish, or the worker died
-    stdout: str
-    stderr: str
-
-
-class Worker:
-    """tests/cli_worker.py, restarted when a command line kills it or hangs."""
-
-    def __init__(self, root: Path, env: dict[str, str]) -> None:
-        self.root, self.env = root, env
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def _start(self) -> None:
-        ask_r, self._ask = os.pipe()
-        self._reply, reply_w = os.pipe()
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "cli_worker.py"), str(ask_r), str(reply_w)],
-            pass_fds=(ask_r, reply_w),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            cwd=self.root / "work",
-            env=self.env,
-            start_new_session=True,
-        )
-        os.close(ask_r)
-        os.close(reply_w)
-        self._replies = os.fdopen(self._reply, "r", encoding="utf-8")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        os.close(self._ask)
-        self._replies.close()
-        self.proc = None
-
-    def __call__(self, argv: list[str], timeout_s: float = TIMEOUT_S) -> Outcome:
-        if self.proc is None:
-            self._start()
-        out, err = (self.root / f"command.{n}" for n in ("stdout", "stderr"))
-        ask = {"argv": argv, "stdout": str(out), "stderr": str(err)}
-        os.write(self._ask, (json.dumps(ask) + "\n").encode())
-        ready, _, _ = select.select([self._replies], [], [], timeout_s)
-        line = self._replies.readline() if ready else ""
-        status = json.loads(line)["status"] if line else None
-        if status is None:
-            self.stop()  # hung or died: the next command line gets a fresh worker
-        text = [p.read_bytes().decode("utf-8", "replace") if p.exists() else "" for p in (out, err)]
-        if status is None:
-            text[1] += f"\n[the command line did not finish within {timeout_s:g} s, or crashed]"
-        return Outcome(status, *text)
 
 
 class _Exporter(http.server.BaseHTTPRequestHandler):
@@ -216,7 +151,7 @@ def cli(places: Places) -> Iterator[Worker]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULEDGER_", "KUBECONFIG"))}
     # HOME: no ~/.kube/config of the user's; NO_PROXY: 127.0.0.1 is reached directly
     env |= {"PYTHONPATH": str(ROOT), "HOME": str(places.root / "home"), "NO_PROXY": "*"}
-    worker = Worker(places.root, env)
+    worker = Worker(places.root, env, cwd=places.root / "work")
     filled = worker(
         ["demo", "--no-serve", "--days", "0.05", "--gpus", "8", "--data-dir", places.data]
     )

@@ -7,12 +7,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import requests
+from cli_runner import Cli
 from conftest import make_token, serving
 
 from collector.pipeline import HttpSink
@@ -24,10 +24,8 @@ pytestmark = pytest.mark.integration
 PASSWORD = "correct horse battery"
 
 
-def _cli(cmd: list[str], env: dict[str, str], *args: str, stdin: str = "") -> str:
-    got = subprocess.run(
-        [*cmd, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120
-    )
+def _cli(cli: Cli, env: dict[str, str], *args: str, stdin: str = "") -> str:
+    got = cli(*args, env=env, stdin=stdin, timeout=120)
     assert got.returncode == 0, got.stderr
     return got.stdout
 
@@ -48,12 +46,12 @@ def test_roles_and_passwords_are_checked(tmp_path: Path) -> None:
 
 
 def test_the_dashboard_needs_a_login(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, run_cli: Cli, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
     data = tmp_path / "data"
     d = ["--data-dir", str(data)]
     _cli(
-        gpuledger_cmd,
+        run_cli,
         cli_env,
         "user",
         "add",
@@ -64,7 +62,7 @@ def test_the_dashboard_needs_a_login(
         *d,
         stdin=PASSWORD + "\n",
     )
-    made = _cli(gpuledger_cmd, cli_env, "user", "add", "bob", "--role", "tenant:ml", *d).strip()
+    made = _cli(run_cli, cli_env, "user", "add", "bob", "--role", "tenant:ml", *d).strip()
     assert len(made) >= 20  # a password made for bob, shown once
     with serving(gpuledger_cmd, cli_env, data) as url:
         assert requests.get(f"{url}/metrics", timeout=10).status_code == 200  # open
@@ -111,16 +109,14 @@ def test_the_dashboard_needs_a_login(
             )
             assert away.headers["Location"] == "/"
             # alice removed while the server runs: her session ends
-            _cli(gpuledger_cmd, cli_env, "user", "remove", "alice", *d)
+            _cli(run_cli, cli_env, "user", "remove", "alice", *d)
             deadline = time.monotonic() + 30
             while s.get(f"{url}/_dash-layout", timeout=10).status_code == 200:
                 assert time.monotonic() < deadline, "a removed user still reads"
                 time.sleep(0.2)
-    listed = _cli(gpuledger_cmd, cli_env, "user", "list", *d)
+    listed = _cli(run_cli, cli_env, "user", "list", *d)
     assert "bob" in listed and "tenant:ml" in listed and "alice" not in listed
-    audit = json.loads(
-        _cli(gpuledger_cmd, cli_env, "audit", "--action", "login", "--format", "json", *d)
-    )
+    audit = json.loads(_cli(run_cli, cli_env, "audit", "--action", "login", "--format", "json", *d))
     assert {(e["action"], e["outcome"]) for e in audit} == {
         ("login", "ok"),
         ("login.failed", "denied"),
@@ -128,7 +124,7 @@ def test_the_dashboard_needs_a_login(
 
 
 def test_https_with_a_configured_certificate(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, run_cli: Cli, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
     """With server.tls_cert_file and tls_key_file, serve speaks HTTPS (checked against the test
     CA), and the login cookie is Secure."""
@@ -143,7 +139,7 @@ def test_https_with_a_configured_certificate(
     data = tmp_path / "data"
     d = ["--data-dir", str(data)]
     _cli(
-        gpuledger_cmd,
+        run_cli,
         cli_env,
         "user",
         "add",
@@ -155,7 +151,7 @@ def test_https_with_a_configured_certificate(
         stdin=PASSWORD + "\n",
     )
     # made before the server starts: one made while it runs is seen within a second
-    token = make_token(gpuledger_cmd, cli_env, data, "c1")
+    token = make_token(run_cli, cli_env, data, "c1")
     env = {
         **cli_env,
         "GPULEDGER_SERVER__TLS_CERT_FILE": str(chain),

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cli_runner import Cli
 
 from warehouse.client import Warehouse
 from warehouse.console import ConsoleRefusal, check
@@ -169,19 +170,14 @@ def test_inline_data_is_seen_with_whatever_follows_it(wh: Warehouse) -> None:
     assert checked.inline_data and checked.text == "INSERT INTO tenants (tenant) FORMAT Values"
 
 
+Console = tuple[Cli, dict[str, str], list[str]]
+
+
 # -- the command, as a user runs it -------------------------------------------------------------
 def _run(
-    cmd: list[str], env: dict[str, str], *args: str, stdin: str | None = None
+    cli: Cli, env: dict[str, str], *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*cmd, *args],
-        env=env,
-        input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return cli(*args, env=env, stdin=stdin, timeout=120)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -196,16 +192,14 @@ _TENANTS = "SELECT arrayStringConcat(arraySort(groupArray(tenant)), ' ') FROM te
 
 
 @pytest.fixture
-def console(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
-) -> tuple[list[str], dict[str, str], list[str]]:
+def console(tmp_path: Path, run_cli: Cli, cli_env: dict[str, str]) -> Console:
     """A migrated data directory: the command, its environment and ``--data-dir DIR``."""
     where = ["--data-dir", str(tmp_path / "d")]
-    assert _run(gpuledger_cmd, cli_env, "db", "migrate", *where).returncode == 0
-    return gpuledger_cmd, cli_env, where
+    assert _run(run_cli, cli_env, "db", "migrate", *where).returncode == 0
+    return run_cli, cli_env, where
 
 
-def _add_user(console: tuple[list[str], dict[str, str], list[str]], name: str, role: str) -> None:
+def _add_user(console: Console, name: str, role: str) -> None:
     cmd, env, where = console
     added = _run(
         cmd,
@@ -222,14 +216,14 @@ def _add_user(console: tuple[list[str], dict[str, str], list[str]], name: str, r
     assert added.returncode == 0, added.stderr
 
 
-def _audit(console: tuple[list[str], dict[str, str], list[str]]) -> list[dict[str, str]]:
+def _audit(console: Console) -> list[dict[str, str]]:
     cmd, env, where = console
     got = _run(cmd, env, "audit", "--action", "sql", "--format", "json", *where)
     assert got.returncode == 0, got.stderr
     return list(reversed(json.loads(got.stdout)))  # oldest first
 
 
-def _count(console: tuple[list[str], dict[str, str], list[str]], query: str) -> str:
+def _count(console: Console, query: str) -> str:
     cmd, env, where = console
     got = _run(cmd, env, "sql", query, "--format", "csv", *where)
     assert got.returncode == 0, got.stderr
@@ -237,7 +231,7 @@ def _count(console: tuple[list[str], dict[str, str], list[str]], query: str) -> 
 
 
 def test_the_read_only_console_reads_no_file_and_writes_none(
-    console: tuple[list[str], dict[str, str], list[str]], tmp_path: Path
+    console: Console, tmp_path: Path
 ) -> None:
     cmd, env, where = console
     out = tmp_path / "out.csv"
@@ -254,7 +248,7 @@ def test_the_read_only_console_reads_no_file_and_writes_none(
 
 
 def test_write_needs_an_admin_and_each_refusal_is_audited(
-    console: tuple[list[str], dict[str, str], list[str]],
+    console: Console,
 ) -> None:
     cmd, env, where = console
     insert = ["sql", "INSERT INTO tenants (tenant) SELECT 'x/y'", "--write"]
@@ -290,9 +284,7 @@ def test_write_needs_an_admin_and_each_refusal_is_audited(
     assert denied[1]["detail"].startswith("INSERT INTO tenants (tenant) SELECT 'x/y'\n")
 
 
-def test_an_admin_writes_inside_the_warehouse_only(
-    console: tuple[list[str], dict[str, str], list[str]], tmp_path: Path
-) -> None:
+def test_an_admin_writes_inside_the_warehouse_only(console: Console, tmp_path: Path) -> None:
     cmd, env, where = console
     _add_user(console, "ana", "admin")
     env_user = {**env, "GPULEDGER_SQL__USER": "ana"}

@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import requests
+from cli_runner import Cli
 from conftest import free_port, make_token, serving
 
 from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample
@@ -30,8 +31,8 @@ def _batch(cluster: str, node: str) -> bytes:
     return dump_batch(Batch(samples=frame, gpus=[gpu]))
 
 
-def _run(cmd: list[str], env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=120)
+def _run(cli: Cli, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return cli(*args, env=env, timeout=120)
 
 
 def test_the_store_keeps_hashes_only_and_the_book_refuses_what_it_should(tmp_path: Path) -> None:
@@ -60,12 +61,12 @@ def test_the_store_keeps_hashes_only_and_the_book_refuses_what_it_should(tmp_pat
 
 
 def test_serve_takes_only_its_tokens_rows(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, run_cli: Cli, gpuledger_cmd: list[str], cli_env: dict[str, str]
 ) -> None:
     data = tmp_path / "data"
-    c1 = make_token(gpuledger_cmd, cli_env, data, "c1")
-    node_a = make_token(gpuledger_cmd, cli_env, data, "c1", "--node", "a")
-    listed = _run(gpuledger_cmd, cli_env, "token", "list", "--data-dir", str(data)).stdout
+    c1 = make_token(run_cli, cli_env, data, "c1")
+    node_a = make_token(run_cli, cli_env, data, "c1", "--node", "a")
+    listed = _run(run_cli, cli_env, "token", "list", "--data-dir", str(data)).stdout
     assert listed.count(" c1 ") == 2 and c1 not in listed and node_a not in listed
     with serving(gpuledger_cmd, cli_env, data) as url:
 
@@ -88,9 +89,7 @@ def test_serve_takes_only_its_tokens_rows(
         # revoked while the server runs: refused from then on
         c1_id = c1.split("_")[1]
         assert (
-            _run(
-                gpuledger_cmd, cli_env, "token", "revoke", c1_id, "--data-dir", str(data)
-            ).returncode
+            _run(run_cli, cli_env, "token", "revoke", c1_id, "--data-dir", str(data)).returncode
             == 0
         )
         deadline, late = time.monotonic() + 30, 0  # the server looks again within a second
@@ -100,7 +99,7 @@ def test_serve_takes_only_its_tokens_rows(
             time.sleep(0.2)
         assert post(_batch("c1", "a"), c1, "b7").status_code == 401
     rows = _run(
-        gpuledger_cmd,
+        run_cli,
         cli_env,
         "sql",
         "SELECT cluster, node FROM gpu_samples ORDER BY node",
@@ -112,7 +111,7 @@ def test_serve_takes_only_its_tokens_rows(
     # b2, b4 and what was sent in the second before the revocation was seen
     assert json.loads(rows.stdout) == [{"cluster": "c1", "node": "a"}] * (2 + late)
     audit = _run(
-        gpuledger_cmd,
+        run_cli,
         cli_env,
         "audit",
         "--action",
@@ -129,10 +128,10 @@ def test_serve_takes_only_its_tokens_rows(
 
 
 def test_serve_will_not_show_its_dashboard_beyond_loopback_unasked(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, run_cli: Cli, cli_env: dict[str, str]
 ) -> None:
     env = {**cli_env, "GPULEDGER_SERVER__HOST": "0.0.0.0"}
-    got = _run(gpuledger_cmd, env, "serve", "--port", str(free_port()), "--data-dir", str(tmp_path))
+    got = _run(run_cli, env, "serve", "--port", str(free_port()), "--data-dir", str(tmp_path))
     assert got.returncode == 2
     assert got.stderr.strip().startswith(
         "gpuledger: server.host 0.0.0.0 answers beyond this machine and no user or ingest token"

@@ -232,12 +232,11 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     admission = _admission(app.server, wh, settings)
     coalescer.start()
     signal.signal(signal.SIGTERM, _terminate)
-    # cheroot: a production WSGI server with threads, never forking (the embedded engine
-    # must not be forked once opened), and TLS of its own
-    from cheroot import wsgi
     from cheroot.ssl.builtin import BuiltinSSLAdapter
 
-    server = wsgi.Server((s.host, s.port), app.server, numthreads=s.threads, shutdown_timeout=5)
+    from gpuledger.httpd import make_server
+
+    server = make_server(s.host, s.port, app.server, s.threads)
     tls = bool(s.tls_cert_file)
     if tls:
         try:

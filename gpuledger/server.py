@@ -27,6 +27,9 @@ What the ingest route refuses, and how (every error answer of these routes is JS
   fields, samples that are not an Arrow file of SAMPLE_SCHEMA's columns): 400 with the reason;
   nothing is kept, and the agent sets the batch aside (any 4xx but 408 and 429).
 
+An answer given before the body is read goes out at once and closes the connection
+(:mod:`gpuledger.httpd`): the rest of the body is never read into memory.
+
 A well-formed batch with rows whose *values* do not fit their record's schema (``gpu_index`` -1
 or ``"abc"``, ``cluster`` 123, a string ``memory_total_bytes``, ``attempt`` ``"x"``) is accepted
 (202): its other rows are written and those rows are quarantined with the field, the value and
@@ -116,7 +119,8 @@ def register(
                 "(server.max_concurrent_bodies): send this one again later"
             )
         try:
-            return take(batch_id, token)
+            with metrics.bodies_reading.track_inprogress():
+                return take(batch_id, token)
         finally:
             bodies.release()
 

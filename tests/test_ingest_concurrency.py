@@ -1,6 +1,7 @@
 """A real `gpuledger serve` reads at most server.max_concurrent_bodies ingest bodies at once:
 with that many slow uploads under way, one more request is answered 503 with Retry-After
-before its body is read, and counted; once an upload ends, batches are taken again."""
+before its body is read, and counted; once an upload ends, batches are taken again. A request
+refused on its headers is answered at once, however slowly its body comes."""
 
 from __future__ import annotations
 
@@ -84,10 +85,24 @@ def _answered(conn: socket.socket) -> bytes:
         conn.setblocking(True)
 
 
-def _busy_count(url: str) -> float:
+def _reply(conn: socket.socket) -> bytes:
+    """All the server says to a request before it closes the connection (within 30 s)."""
+    said = b""
+    with conn, suppress(TimeoutError):
+        conn.settimeout(30)
+        while chunk := conn.recv(65536):
+            said += chunk
+    return said
+
+
+def _metric(url: str, pattern: str) -> float:
     text = requests.get(f"{url}/metrics", timeout=30).text
-    found = re.search(r'^gpuledger_ingest_batches_total\{outcome="busy"\} (\S+)$', text, re.M)
+    found = re.search(rf"^{pattern} (\S+)$", text, re.M)
     return float(found[1]) if found else 0.0
+
+
+def _busy_count(url: str) -> float:
+    return _metric(url, r'gpuledger_ingest_batches_total\{outcome="busy"\}')
 
 
 def test_one_body_more_than_the_slots_is_told_to_come_back(
@@ -111,20 +126,33 @@ def test_one_body_more_than_the_slots_is_told_to_come_back(
         slow = [_slow_upload(url, token, n) for n in range(SLOTS)]
         try:
             with _trickling(slow):
-                deadline = time.monotonic() + 60
-                tries = 0
-                while (reply := post(f"during-{tries}")).status_code == 202:  # until both hold one
-                    tries += 1
+                deadline = time.monotonic() + 60  # nothing else is sent until both hold one
+                while _metric(url, "gpuledger_ingest_bodies_reading") < SLOTS:
                     assert time.monotonic() < deadline, [_answered(conn) for conn in slow]
-                    time.sleep(0.05)
+                    time.sleep(0.1)
+                reply = post("during")
                 assert reply.status_code == 503
                 assert reply.headers["Retry-After"] == "30"
                 assert reply.json()["error"] == (
                     f"the server is reading {SLOTS} other batches (server.max_concurrent_bodies): "
                     "send this one again later"
                 )
-                assert _busy_count(url) == 1
+                # a client still sending a large body reads the answer: it is not cut off
+                large = requests.post(
+                    f"{url}/api/v1/ingest",
+                    data=bytes(16 << 20),
+                    headers={**headers, "X-Batch-Id": "large"},
+                    timeout=30,
+                )
+                assert large.status_code == 503 and large.headers["Retry-After"] == "30"
+                # refused on its headers, a slow body hears so at once, not once it has all come
+                late = _reply(_slow_upload(url, token, SLOTS))
+                assert late.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 30\r\n" in late, late
+                assert _busy_count(url) == 3
+                stranger = _reply(_slow_upload(url, "gl_not_a_token", SLOTS + 1))
+                assert stranger.startswith(b"HTTP/1.1 401 "), stranger
                 assert requests.get(f"{url}/healthz", timeout=30).status_code == 200
+                assert [_answered(conn) for conn in slow] == [b""] * SLOTS  # still reading
         finally:
             for conn in slow:
                 conn.close()  # the server's read fails, and its slot is given back

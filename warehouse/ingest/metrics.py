@@ -31,6 +31,11 @@ class ServerMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.bodies_reading = Gauge(
+            "gpuledger_ingest_bodies_reading",
+            "Agent batch bodies being read and decoded now (at most server.max_concurrent_bodies)",
+            registry=self.registry,
+        )
         self.seconds = Histogram(
             "gpuledger_ingest_seconds",
             "Time to write one group of batches (one insert per table)",

@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import fcntl
 import itertools
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -447,9 +449,45 @@ class Site:
 
 @pytest.fixture(scope="session")
 def _site_data(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    """32 simulated GPUs over 3 days (`gpuledger demo --no-serve`) with the alerts of the
-    moment recorded (`gpuledger alerts check`), built once per worker; not served yet. The
-    lead's org is the one with the most jobs."""
+    """The simulated site of :func:`_build_site`, built once per test session and copied into
+    each worker that serves it (a data directory has one owner process at a time): not served
+    yet."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers'
+    built, described = shared / "site-built", shared / "site-built.json"
+    with open(shared / "site-built.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker builds, the others wait for it
+        if not described.exists():
+            site = _build_site(built)
+            kept = {
+                "org": site.org,
+                "others": sorted(site.others),
+                "other_orgs": list(site.other_orgs),
+                "template_values": site.template_values,
+                "days": list(site.days),
+            }
+            described.write_text(json.dumps(kept))
+    kept = json.loads(described.read_text())
+    root = tmp_path_factory.mktemp("site")
+    shutil.copytree(built / "data", root / "data", symlinks=True)  # the engine's links are relative
+    return Site(
+        "",
+        root / "data",
+        _SITE_CMD,
+        _site_env(),
+        root / "serve.log",
+        kept["org"],
+        frozenset(kept["others"]),
+        tuple(kept["other_orgs"]),
+        kept["template_values"],
+        (kept["days"][0], kept["days"][1]),
+    )
+
+
+_SITE_CMD = [sys.executable, "-m", "gpuledger.cli"]
+
+
+def _site_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
     env["PYTHONPATH"] = str(ROOT)
     # The pages are tested here, the periodic jobs and the webhook elsewhere: a server left
@@ -459,10 +497,17 @@ def _site_data(tmp_path_factory: pytest.TempPathFactory) -> Site:
         "GPULEDGER_SCHEDULER__PROPOSE_INTERVAL_S": "0",
         "GPULEDGER_ADMISSION__ENABLED": "false",
     }
-    cmd = [sys.executable, "-m", "gpuledger.cli"]
-    root = tmp_path_factory.mktemp("site")
+    return env
+
+
+def _build_site(root: Path) -> Site:
+    """32 simulated GPUs over 3 days (`gpuledger demo --no-serve`) in ``root``/data, with the
+    alerts of the moment recorded (`gpuledger alerts check`). The lead's org is the one with
+    the most jobs."""
     data = root / "data"
-    site = Site("", data, cmd, env, root / "serve.log", "", frozenset(), (), {}, ("", ""))
+    site = Site(
+        "", data, _SITE_CMD, _site_env(), root / "serve.log", "", frozenset(), (), {}, ("", "")
+    )
     site.cli("demo", "--days", "3", "--gpus", "32", "--seed", "7", "--no-serve")
 
     held = json.loads(

@@ -91,9 +91,8 @@ class AnswerCache:
 
     def refresh(self, budget_s: float | None = None) -> int:
         """Recompute the answers asked for within ``keep_s`` that are :data:`REFRESH_AT` of
-        their time old,
-        the most recently asked first, until ``budget_s`` seconds are spent; forget the
-        others. Returns how many were recomputed. Each failure is logged and its entry
+        their time old, the most recently asked first, until ``budget_s`` seconds are spent;
+        forget the others. Returns how many were recomputed. Each failure is logged and its entry
         dropped, so that the next asker computes it and sees the error."""
         now = self.clock()
         with self._lock:

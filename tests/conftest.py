@@ -98,7 +98,7 @@ def copy_schema(engine: Warehouse, source: str, database: str) -> None:
     the tables they read and write) and its record of applied migrations."""
     engine.command(
         engine.rows("SHOW CREATE DATABASE {db:Identifier}", {"db": source})[0][0].replace(
-            f"{source}", database, 1
+            source, database, 1
         )
     )
     tables = engine.rows(

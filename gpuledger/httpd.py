@@ -36,8 +36,8 @@ def _unread(rfile: Any) -> bool:
 
 class _Request(server.HTTPRequest):
     def send_headers(self) -> None:
-        if not self.close_connection and _unread(self.rfile):
-            self.close_connection = True  # cheroot closes, and lets the connection linger
+        if _unread(self.rfile):
+            self.close_connection = True  # cheroot closes, and the connection lingers first
             self.conn.unread_body = True
         super().send_headers()
 

@@ -325,18 +325,10 @@ def usage_between(
     )
 
 
-def make_token(
-    cmd: list[str] | Cli, env: dict[str, str], data_dir: Path, cluster: str, *more: str
-) -> str:
-    """An ingest token for ``cluster``, made as a user would: `gpuledger token create` (as a
-    subprocess for a command line, by the CLI worker for a :class:`Cli`)."""
-    argv = ["token", "create", "--cluster", cluster, *more, "--data-dir", str(data_dir)]
-    if isinstance(cmd, Cli):
-        got = cmd(*argv, env=env, timeout=60)
-    else:
-        got = subprocess.run(
-            [*cmd, *argv], env=env, capture_output=True, text=True, timeout=60, check=False
-        )
+def make_token(cli: Cli, env: dict[str, str], data_dir: Path, cluster: str, *more: str) -> str:
+    """An ingest token for ``cluster``, made as a user would: `gpuledger token create`."""
+    argv = ("token", "create", "--cluster", cluster, *more, "--data-dir", str(data_dir))
+    got = cli(*argv, env=env, timeout=60)
     assert got.returncode == 0, got.stderr
     return got.stdout.strip()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from cli_runner import Cli
 from conftest import SqlRows, make_token
 
 from tests import nvml_stub
@@ -46,7 +47,11 @@ def _metric(text: str, name: str) -> float:
 
 
 def test_agent_survives_a_server_kill(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str], sql_rows: SqlRows
+    tmp_path: Path,
+    gpuledger_cmd: list[str],
+    run_cli: Cli,
+    cli_env: dict[str, str],
+    sql_rows: SqlRows,
 ) -> None:
     lib = nvml_stub.build(tmp_path)
     if lib is None:
@@ -79,9 +84,7 @@ def test_agent_survives_a_server_kill(
         _wait(f"http://127.0.0.1:{port}/healthz", lambda r: r.status_code == 200)
         return proc
 
-    env["GPULEDGER_AGENT__TOKEN"] = make_token(
-        gpuledger_cmd, cli_env, data, "c1", "--node", "node-1"
-    )
+    env["GPULEDGER_AGENT__TOKEN"] = make_token(run_cli, cli_env, data, "c1", "--node", "node-1")
     server = start_server()
     agent = subprocess.Popen(
         [*gpuledger_cmd, "agent"], env=env, stdout=subprocess.PIPE, stderr=agent_log, text=True

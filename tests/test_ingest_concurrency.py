@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import polars as pl
 import pytest
 import requests
+from cli_runner import Cli
 from conftest import make_token, serving
 
 from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample
@@ -106,10 +107,10 @@ def _busy_count(url: str) -> float:
 
 
 def test_one_body_more_than_the_slots_is_told_to_come_back(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str]
+    tmp_path: Path, gpuledger_cmd: list[str], run_cli: Cli, cli_env: dict[str, str]
 ) -> None:
     data = tmp_path / "d"
-    token = make_token(gpuledger_cmd, cli_env, data, "c1")
+    token = make_token(run_cli, cli_env, data, "c1")
     env = {**cli_env, "GPULEDGER_SERVER__MAX_CONCURRENT_BODIES": str(SLOTS)}
     body, headers = _batch(), {"Authorization": f"Bearer {token}"}
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import requests
+from cli_runner import Cli
 from conftest import SqlRows, make_token
 
 from collector.records import SAMPLE_SCHEMA, Batch, GpuInventory, GpuSample
@@ -82,7 +83,11 @@ class Agent(threading.Thread):
 
 
 def test_a_server_killed_mid_group_writes_every_sample_once(
-    tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[str, str], sql_rows: SqlRows
+    tmp_path: Path,
+    gpuledger_cmd: list[str],
+    run_cli: Cli,
+    cli_env: dict[str, str],
+    sql_rows: SqlRows,
 ) -> None:
     data, port = tmp_path / "data", _port()
     groups = data / "ingest-spool" / "groups"
@@ -107,7 +112,7 @@ def test_a_server_killed_mid_group_writes_every_sample_once(
     server = start_server()
     stop = threading.Event()
     start = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=2)
-    token = make_token(gpuledger_cmd, cli_env, data, "c1")
+    token = make_token(run_cli, cli_env, data, "c1")
     agents = [Agent(n, f"{base}/api/v1/ingest", start, stop, token) for n in range(4)]
     for agent in agents:
         agent.start()

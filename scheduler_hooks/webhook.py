@@ -1,4 +1,4 @@
-"""``POST /admission``: the Kubernetes admission webhook, on the serve process's Flask app.
+"""``POST /admission``: the Kubernetes admission webhook, on the serve process's WSGI app.
 
 It answers from the in-memory snapshot (:mod:`scheduler_hooks.snapshot`), never from the
 warehouse; every decision goes to the audit log through a queue that a thread of its own
@@ -15,13 +15,17 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import flask
 
 from scheduler_hooks.admission import AdmissionRules, Decision, ReviewError, parse_review, review
 from scheduler_hooks.snapshot import Snapshot
 from warehouse.client import Warehouse, WarehouseError
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -106,23 +110,53 @@ def register(
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> None:
-    """Add ``POST /admission`` to ``server``, deciding from ``current()``'s snapshot."""
-    hook = flask.Blueprint("gpuledger_admission", __name__)
+    """Answer ``POST /admission`` on ``server``, deciding from ``current()``'s snapshot.
 
-    @hook.post("/admission")
-    def admission() -> flask.typing.ResponseReturnValue:
-        length = flask.request.content_length
-        if length is not None and length > max_body_bytes:
-            return _bad(f"the review is {length:,} bytes, more than {max_body_bytes:,}")
-        body = flask.request.get_data(cache=False)[: max_body_bytes + 1]
-        if len(body) > max_body_bytes:
-            return _bad(f"the review is longer than {max_body_bytes:,} bytes")
+    It is answered in front of Flask (a WSGI layer around ``server.wsgi_app``): the API
+    server waits on every Pod's creation, and Flask's request context, session and login
+    hooks would cost more than the decision itself."""
+    hook = _Hook(current, rules, audit, max_body_bytes)
+    inner = server.wsgi_app
+
+    def front(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != PATH:
+            return inner(environ, start_response)
+        return hook(environ, start_response)
+
+    server.wsgi_app = front  # type: ignore[method-assign]
+
+
+#: Where the API server sends its AdmissionReviews.
+PATH = "/admission"
+
+
+class _Hook:
+    def __init__(
+        self,
+        current: Callable[[], Snapshot | None],
+        rules: AdmissionRules,
+        audit: AuditQueue,
+        max_body_bytes: int,
+    ):
+        self.current = current
+        self.rules = rules
+        self.audit = audit
+        self.max_body_bytes = max_body_bytes
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> list[bytes]:
+        if environ.get("REQUEST_METHOD") != "POST":
+            return _answer(start_response, "405 Method Not Allowed",
+                           {"error": f"{PATH} takes POST (an AdmissionReview)"},
+                           [("Allow", "POST")])  # fmt: skip
+        got = self.body(environ)
+        if isinstance(got, str):
+            return _answer(start_response, "400 Bad Request", {"error": got})
         try:
-            request = parse_review(body)
+            request = parse_review(got)
         except ReviewError as exc:
-            return _bad(str(exc))
+            return _answer(start_response, "400 Bad Request", {"error": str(exc)})
         try:
-            decision = review(request, current(), rules, now_s=time.time())
+            decision = review(request, self.current(), self.rules, now_s=time.time())
         except Exception:  # a fault of ours must not block the cluster's workloads
             log.exception("admission review %s failed: allowed", request.get("uid"))
             decision = Decision(
@@ -134,11 +168,40 @@ def register(
                 actor=str((request.get("userInfo") or {}).get("username") or ""),
                 warnings=("gpuledger: allowed without a check (the webhook failed; see its log)",),
             )
-        audit.put(decision)
-        return flask.jsonify(decision.response())
+        self.audit.put(decision)
+        return _answer(start_response, "200 OK", decision.response())
 
-    server.register_blueprint(hook)
+    def body(self, environ: WSGIEnvironment) -> bytes | str:
+        """The request's body, or why it is refused (too long: refused before it is read when
+        its length is given)."""
+        limit = self.max_body_bytes
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or -1)
+        except ValueError:
+            return f"Content-Length {environ.get('CONTENT_LENGTH')!r} is not a number"
+        if length > limit:
+            return f"the review is {length:,} bytes, more than {limit:,}"
+        stream = environ["wsgi.input"]
+        want = length if length >= 0 else limit + 1  # chunked: read to its end, or past limit
+        parts, size = [], 0
+        while size < want and (chunk := stream.read(min(1 << 16, want - size))):
+            parts.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            return f"the review is longer than {limit:,} bytes"
+        return b"".join(parts)
 
 
-def _bad(reason: str) -> flask.typing.ResponseReturnValue:
-    return flask.jsonify(error=reason), 400
+def _answer(
+    start_response: StartResponse,
+    status: str,
+    doc: dict[str, Any],
+    headers: list[tuple[str, str]] | None = None,
+) -> list[bytes]:
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    start_response(
+        status,
+        [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+         *(headers or [])],
+    )  # fmt: skip
+    return [body]

@@ -204,6 +204,16 @@ def test_over_https_against_a_running_serve(
             bad = requests.post(f"{url}/admission", data=body, verify=ca, timeout=30,
                                 headers={"Content-Type": "application/json"})  # fmt: skip
             assert bad.status_code == 400 and why in bad.json()["error"], (why, bad.text[:200])
+        # without a Content-Length (chunked), the limit holds while reading and a review passes
+        chunks = (b" " * (1 << 20) for _ in range(4))
+        bad = requests.post(f"{url}/admission", data=chunks, verify=ca, timeout=30)
+        assert bad.status_code == 400 and "longer than" in bad.json()["error"], bad.text[:200]
+        piece = json.dumps(_request("Job", "team-b")).encode()
+        ok = requests.post(f"{url}/admission", data=iter([piece[:10], piece[10:]]), verify=ca,
+                           timeout=10)  # fmt: skip
+        assert ok.status_code == 200 and ok.json()["response"]["allowed"] is True
+        wrong = requests.get(f"{url}/admission", verify=ca, timeout=10)
+        assert wrong.status_code == 405 and wrong.headers["Allow"] == "POST"
         time.sleep(2.5)  # the audit queue writes once a second
     audit = subprocess.run(
         [*gpuledger_cmd, "audit", "--format", "json", "--data-dir", str(data)],

@@ -74,7 +74,7 @@ def drive(url: str, ca: str, namespaces: list[str], rate: float, seconds: float,
         conn = getattr(local, "conn", None)
         if conn is None:
             conn = local.conn = http.client.HTTPSConnection(
-                target.hostname, target.port, context=tls, timeout=10
+                target.hostname or "localhost", target.port, context=tls, timeout=10
             )
         started = time.perf_counter()
         try:

@@ -1,6 +1,7 @@
-"""Applying approved advice: patch the ClusterQueue or Queue and evict the pods (through the
-Kubernetes API), or run the Slurm commands; then mark the advice applied, with the scheduler's
-state before and after in the audit log. A failure is audited too (outcome ``failed``, with
+"""Applying approved advice: patch the ClusterQueue or Queue and preempt the jobs it names
+(through the Kubernetes API: a Kueue job's Workload is deactivated, any other pod evicted), or
+run the Slurm commands; then mark the advice applied, with the scheduler's state before and
+after in the audit log. A failure is audited too (outcome ``failed``, with
 what was done before it) and leaves the advice approved, to be applied again.
 """
 
@@ -76,7 +77,19 @@ def _kube(
     before: dict[str, Any] = {}
     after: dict[str, Any] = {}
     for item in items:
-        if item["kind"] == "Eviction":
+        if item["kind"] == "Workload":
+            ns, pod = item["namespace"], item["pod"]
+            workload = cluster.workload_of(ns, pod)
+            if workload is None:  # not Kueue's: evicting the pod is preemption there
+                cluster.evict(ns, pod)
+                before[f"pod {ns}/{pod}"], after[f"pod {ns}/{pod}"] = "running", "evicted"
+            else:
+                name = workload["metadata"]["name"]
+                was = (workload.get("spec") or {}).get("active", True)
+                now = (cluster.deactivate(ns, name).get("spec") or {}).get("active", True)
+                where = f"Workload {ns}/{name} (pod {pod})"
+                before[where], after[where] = {"active": was}, {"active": now}
+        elif item["kind"] == "Eviction":
             cluster.evict(item["namespace"], item["name"])
             where = f"pod {item['namespace']}/{item['name']}"
             before[where], after[where] = "running", "evicted"

@@ -1,7 +1,7 @@
 """The Kubernetes side of the advice, through the official ``kubernetes`` client: read the
 ClusterQueues (Kueue) and Queues (Volcano) as they are, turn the ClusterQueues into the quotas
 the advice weighs (the cluster's, not the warehouse's, when a kubeconfig is given), and apply
-approved advice (merge patches, Pod evictions).
+approved advice (merge patches; Kueue Workloads deactivated, other pods evicted).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import polars as pl
 from gpuledger_errors import SourceError
 from scheduler_hooks.policy import Names
 from scheduler_hooks.render import (
+    JOB_UID_LABEL,
     KUEUE_GROUP,
     VOLCANO_GROUP,
     VOLCANO_VERSION,
@@ -91,6 +92,62 @@ class Cluster:
             plural,
             name,
             dict(body),
+            _content_type="application/merge-patch+json",
+        )
+
+    def workload_of(self, namespace: str, pod: str) -> dict[str, Any] | None:
+        """The Kueue Workload that admitted pod ``namespace/pod``: the one owned by (or labelled
+        ``kueue.x-k8s.io/job-uid`` with) the pod itself, its controller (a Job, a PyTorchJob),
+        or that Job's own owner (a JobSet), the nearest first; None when Kueue does not manage
+        the pod."""
+        from kubernetes import client
+
+        found = _call(
+            f"reading pod {namespace}/{pod}", self.core.read_namespaced_pod, pod, namespace
+        )
+        levels = [[found.metadata.uid], [o.uid for o in found.metadata.owner_references or ()]]
+        for owner in found.metadata.owner_references or ():
+            if owner.kind == "Job" and owner.api_version == "batch/v1":
+                job = _call(
+                    f"reading job {namespace}/{owner.name}",
+                    client.BatchV1Api(self.core.api_client).read_namespaced_job,
+                    owner.name,
+                    namespace,
+                )
+                levels.append([o.uid for o in job.metadata.owner_references or ()])
+        workloads = (
+            _call(
+                f"listing workloads.{KUEUE_GROUP}/{self.names.kueue_version} in {namespace}",
+                self.custom.list_namespaced_custom_object,
+                KUEUE_GROUP,
+                self.names.kueue_version,
+                namespace,
+                "workloads",
+            ).get("items")
+            or []
+        )
+        for uids in levels:
+            for wl in workloads:
+                meta = wl.get("metadata") or {}
+                owners = {o.get("uid") for o in meta.get("ownerReferences") or ()}
+                label = (meta.get("labels") or {}).get(JOB_UID_LABEL)
+                if owners.intersection(uids) or label in uids:
+                    return dict(wl)
+        return None
+
+    def deactivate(self, namespace: str, name: str) -> Any:
+        """Set Workload ``namespace/name``'s ``spec.active`` to false (what ``kubectl kueue stop
+        workload`` does): Kueue evicts it, its job is suspended and its quota freed at once; the
+        Workload as it is afterwards."""
+        return _call(
+            f"deactivating workload {namespace}/{name}",
+            self.custom.patch_namespaced_custom_object,
+            KUEUE_GROUP,
+            self.names.kueue_version,
+            namespace,
+            "workloads",
+            name,
+            {"spec": {"active": False}},
             _content_type="application/merge-patch+json",
         )
 

@@ -1,5 +1,6 @@
 """Advice rendered for the scheduler that consumes it: Kueue ClusterQueue and Volcano Queue
-JSON merge patches (with Pod evictions for the jobs to preempt), or Slurm commands.
+JSON merge patches (with the jobs to preempt: Kueue Workloads deactivated, Volcano pods evicted),
+or Slurm commands.
 
 Each renderer takes advice as JSON (:meth:`Recommendation.to_json`, plus ``advice_id`` once
 proposed) and the scheduler's objects as they are now (read from the API server, or made from
@@ -9,7 +10,11 @@ only what differs: an object whose fields already hold the advised values gets n
 Kueue (``kueue.x-k8s.io/v1beta2``; ``v1beta1`` on request): a borrowing or lending limit is the
 GPU resource's ``borrowingLimit``/``lendingLimit`` in the tenant's ClusterQueue under the
 pool's flavor, a weight is ``spec.fairSharing.weight``, and a reclaim turns on the lender's
-``spec.preemption.reclaimWithinCohort`` beside evicting the idle pods. A JSON merge patch
+``spec.preemption.reclaimWithinCohort``, and a job to preempt has its Workload deactivated
+(``spec.active: false``, as ``kubectl kueue stop workload`` does): Kueue evicts it, suspends the
+job and frees its quota at once, where evicting a pod would free nothing (the job makes a new
+pod on the same admission); found at apply time from the pod's owners, and a pod Kueue does not
+manage is evicted instead. A JSON merge patch
 replaces a list whole, so a change to one resource carries ``spec.resourceGroups`` whole, as
 read. Volcano (``scheduling.volcano.sh/v1beta1`` Queue, capacity and proportion plugins): a
 borrowing limit caps ``spec.capability`` at guarantee + limit; a lending limit keeps
@@ -31,6 +36,8 @@ from typing import Any
 from scheduler_hooks.policy import Names
 
 KUEUE_GROUP = "kueue.x-k8s.io"
+#: Kueue's label on a Workload: the UID of the job it stands for.
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 VOLCANO_GROUP, VOLCANO_VERSION = "scheduling.volcano.sh", "v1beta1"
 _QUANTITY = re.compile(r"^([0-9.]+)(m|k|Ki|M|Mi|G|Gi)?$")
 _SUFFIX = {"m": 1e-3, "k": 1e3, "Ki": 1024, "M": 1e6, "Mi": 2**20, "G": 1e9, "Gi": 2**30}
@@ -57,30 +64,56 @@ def _item(advice: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 def evictions(advice: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A ``policy/v1`` Eviction of each pod the advice preempts (jobs without a pod name, from
-    a source that does not name them, cannot be evicted and are left out)."""
-    out: dict[str, dict[str, Any]] = {}
+    """A ``policy/v1`` Eviction of each pod the advice preempts."""
+    return [
+        {
+            "advice": ids,
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "namespace": job["namespace"],
+            "name": job["name"],
+            "job_id": job_id,
+        }
+        for job_id, (job, ids) in _preempted(advice).items()
+    ]
+
+
+def _preempted(advice: Iterable[Mapping[str, Any]]) -> dict[str, tuple[dict[str, Any], list[Any]]]:
+    """Each named pod the advice preempts, by job id: (the job, the advice naming it). Jobs
+    without a pod name, from a source that does not name them, are left out."""
+    out: dict[str, tuple[dict[str, Any], list[Any]]] = {}
     for a in advice:
         if a["kind"] not in _PREEMPTING:
             continue
         for job in a["jobs"]:
-            if not (job["name"] and job["namespace"]):
-                continue
-            if job["job_id"] in out:  # named by two advice (a reclaim and an idle limit): once
-                out[job["job_id"]]["advice"] += _item(a)["advice"]
-                continue
-            out[job["job_id"]] = _item(
-                a,
-                apiVersion="policy/v1",
-                kind="Eviction",
-                namespace=job["namespace"],
-                name=job["name"],
-                job_id=job["job_id"],
-            )
-    return list(out.values())
+            if job["name"] and job["namespace"]:  # named by two advice: once, for both
+                out.setdefault(job["job_id"], (dict(job), []))[1].extend(_item(a)["advice"])
+    return out
 
 
 # -- Kueue --------------------------------------------------------------------------------------
+def deactivations(advice: Iterable[Mapping[str, Any]], names: Names) -> list[dict[str, Any]]:
+    """The Workload of each pod the advice preempts, to deactivate (its name is found when it
+    is applied, from the pod's owners)."""
+    return [
+        {
+            "advice": ids,
+            "apiVersion": f"{KUEUE_GROUP}/{names.kueue_version}",
+            "kind": "Workload",
+            "namespace": job["namespace"],
+            "pod": job["name"],
+            "job_id": job_id,
+            "patch": {"spec": {"active": False}},
+            "note": (
+                f"the Workload that admitted pod {job['namespace']}/{job['name']}: Kueue evicts "
+                "it and frees its quota (`kubectl kueue resume workload` queues it again); "
+                "a pod Kueue does not manage is evicted instead"
+            ),
+        }
+        for job_id, (job, ids) in _preempted(advice).items()
+    ]
+
+
 def cluster_queues_from(standings: Iterable[Mapping[str, Any]], names: Names) -> dict[str, Any]:
     """ClusterQueues as the warehouse's quotas describe them (the GPU resource only), for
     rendering without a cluster to read: each tenant's queue, one flavor per pool and model."""
@@ -173,7 +206,7 @@ def _spec_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
 def kueue(
     advice: Sequence[Mapping[str, Any]], current: Mapping[str, Any], names: Names
 ) -> list[dict[str, Any]]:
-    """ClusterQueue merge patches (only where a value differs) and Pod evictions."""
+    """ClusterQueue merge patches (only where a value differs) and Workload deactivations."""
     out: list[dict[str, Any]] = []
     for name in sorted({t for a in advice if (t := _kueue_target(a, names))}):
         obj = current.get(name)
@@ -202,7 +235,7 @@ def kueue(
         if notes:
             item["note"] = "; ".join(notes)
         out.append(item)
-    return out + evictions(advice)
+    return out + deactivations(advice, names)
 
 
 def _kubectl(resource: str, name: str, patch: Mapping[str, Any]) -> str:

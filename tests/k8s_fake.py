@@ -19,9 +19,10 @@ without a watch event (without: as if it happened while nobody watched), :meth:`
 ``requests`` logs every request. Use it as a context manager: closing it ends every stream
 and joins every handler thread.
 
-Writes, for the scheduler advice: ``GET`` and ``PATCH`` of one ClusterQueue or Queue by name
-(``application/merge-patch+json`` only, applied as RFC 7386 says; 415 for another patch type),
-and ``POST /api/v1/namespaces/NS/pods/NAME/eviction`` (the pod is deleted). ``writes`` logs
+Writes, for the scheduler advice: ``GET`` and ``PATCH`` of one ClusterQueue or Queue by name,
+or of one pod, batch Job or Kueue Workload in a namespace (and the list of a namespace's);
+patches are ``application/merge-patch+json`` only, applied as RFC 7386 says (415 for another
+patch type); ``POST /api/v1/namespaces/NS/pods/NAME/eviction`` deletes the pod. ``writes`` logs
 each as (method, path, content type, body).
 """
 
@@ -44,6 +45,7 @@ PATHS = {
     "/apis/kueue.x-k8s.io/v1beta1/workloads": "workloads",
     "/apis/kueue.x-k8s.io/v1beta2/clusterqueues": "clusterqueues",
     "/apis/scheduling.volcano.sh/v1beta1/queues": "queues",
+    "/apis/batch/v1/jobs": "jobs",
 }
 _LIST = {
     "pods": ("v1", "PodList"),
@@ -51,10 +53,15 @@ _LIST = {
     "workloads": ("kueue.x-k8s.io/v1beta1", "WorkloadList"),
     "clusterqueues": ("kueue.x-k8s.io/v1beta2", "ClusterQueueList"),
     "queues": ("scheduling.volcano.sh/v1beta1", "QueueList"),
+    "jobs": ("batch/v1", "JobList"),
 }
 #: The kinds without a namespace: named by "name" alone.
 CLUSTER_SCOPED = {"nodes", "clusterqueues", "queues"}
 _EVICTION = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
+_NAMESPACED = re.compile(
+    r"^/(?:api/v1|apis/batch/v1|apis/kueue\.x-k8s\.io/v1beta[12])/namespaces/([^/]+)/"
+    r"(pods|jobs|workloads)(?:/([^/]+))?$"
+)
 
 
 def key_of(kind: str, obj: dict[str, Any]) -> str:
@@ -82,6 +89,13 @@ def _item_path(path: str) -> tuple[str, str] | None:
     collection, _, name = path.rpartition("/")
     kind = PATHS.get(collection)
     return (kind, name) if kind in CLUSTER_SCOPED and name else None
+
+
+def _namespaced(path: str) -> tuple[str, str, str] | None:
+    """(kind, namespace, name or "") of a path in one namespace: a pod, a Job or a Workload, or
+    their list there."""
+    found = _NAMESPACED.match(path)
+    return (found[2], found[1], found[3] or "") if found else None
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -287,6 +301,20 @@ class FakeKubeApi:
             "items": items[offset:end],
         }
 
+    def _in_namespace(self, kind: str, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
+        """One object of ``namespace`` (404 when it is not there), or the list of them all."""
+        with self._cond:
+            if name:
+                found = self._objects[kind].get(f"{namespace}/{name}")
+                if found is None:
+                    return 404, _status(404, "NotFound", f"{kind} {namespace}/{name} not found")
+                return 200, copy.deepcopy(found)
+            keys = sorted(k for k in self._objects[kind] if k.startswith(f"{namespace}/"))
+            items = [copy.deepcopy(self._objects[kind][k]) for k in keys]
+        api_version, list_kind = _LIST[kind]
+        meta = {"resourceVersion": str(self._rv)}
+        return 200, {"apiVersion": api_version, "kind": list_kind, "metadata": meta, "items": items}
+
     def _gone_line(self, rv: int) -> bytes:
         status = _status(410, "Expired", f"too old resource version: {rv} ({self._compacted})")
         return json.dumps({"type": "ERROR", "object": status}).encode() + b"\n"
@@ -318,8 +346,11 @@ class _Handler(BaseHTTPRequestHandler):
             i = next((i for i, f in enumerate(api._failures) if f[0] in ("", kind)), None)
             failure = api._failures.pop(i)[1] if i is not None else 0
         item = _item_path(url.path)
+        spaced = _namespaced(url.path)
         if failure:
             self._json(failure, _status(failure, "InternalError", "injected failure"))
+        elif spaced is not None:
+            self._json(*api._in_namespace(*spaced))
         elif item is not None:
             with api._cond:
                 found = api._objects[item[0]].get(item[1])
@@ -343,8 +374,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_PATCH(self) -> None:
         api, path = self.api, urllib.parse.urlsplit(self.path).path
+        spaced = _namespaced(path)
         kind_name, ctype, body = (
-            _item_path(path),
+            (spaced[0], f"{spaced[1]}/{spaced[2]}") if spaced and spaced[2] else _item_path(path),
             self.headers.get("Content-Type", ""),
             self._body(),
         )

@@ -1,7 +1,8 @@
 """Advice rendered for Kueue, Volcano and Slurm, on tests/advice_fixture.py's cluster: the
 official client reads the ClusterQueues from a fake API server (tests/k8s_fake.py), the quotas
 come from them, and only what differs is patched; applying approved advice patches through
-the API server (JSON merge patch) and evicts the idle pods."""
+the API server (JSON merge patch) and preempts the idle jobs: a Kueue job's Workload is
+deactivated, any other pod evicted."""
 
 from __future__ import annotations
 
@@ -114,16 +115,17 @@ def test_kueue_patches_change_only_what_differs(warehouse: Warehouse, kube: Clus
     assert chat["resourceGroups"][0]["flavors"][0]["resources"][1] == {
         "name": GPU, "nominalQuota": "2", "borrowingLimit": 0, "lendingLimit": 1,
     }  # fmt: skip
-    evicted = [
-        (i["namespace"], i["name"], i["apiVersion"]) for i in items if i["kind"] == "Eviction"
-    ]
-    assert evicted == [("nlp", "nlp-idle1-pod", "policy/v1"), ("nlp", "nlp-idle2-pod", "policy/v1")]
+    # the idle jobs: their Workloads are deactivated (evicting a pod would free no quota)
+    stopped = [(i["namespace"], i["pod"], i["patch"]) for i in items if i["kind"] == "Workload"]
+    off = {"spec": {"active": False}}
+    assert stopped == [("nlp", "nlp-idle1-pod", off), ("nlp", "nlp-idle2-pod", off)]
+    assert not [i for i in items if i["kind"] == "Eviction"]
     # once the cluster holds the advised values, nothing is left to patch
     for item in patches.values():
         if "patch" in item:
             kube.patch("ClusterQueue", item["name"], item["patch"])
     again = render.kueue(advice, kube.cluster_queues(), NAMES)
-    assert [i for i in again if "patch" in i] == []
+    assert [i for i in again if "patch" in i and i["kind"] == "ClusterQueue"] == []
 
 
 def test_the_quota_comes_from_the_cluster_when_it_is_read(
@@ -149,9 +151,49 @@ def test_kueue_without_a_cluster_renders_from_the_warehouse_quotas(warehouse: Wa
     assert resource == {"name": GPU, "nominalQuota": 2, "borrowingLimit": 1}
 
 
-def test_applying_kueue_advice_patches_and_evicts_through_the_api_server(
+def owned(obj: dict[str, Any], uid: str, *owners: tuple[str, str, str, str]) -> dict[str, Any]:
+    """``obj`` with its UID and owner references ((apiVersion, kind, name, uid) each)."""
+    refs = [{"apiVersion": a, "kind": k, "name": n, "uid": u, "controller": True}
+            for a, k, n, u in owners]  # fmt: skip
+    return obj | {"metadata": obj["metadata"] | {"uid": uid, "ownerReferences": refs}}
+
+
+def workload(namespace: str, name: str, *owner: tuple[str, str, str, str]) -> dict[str, Any]:
+    return owned({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                  "metadata": {"namespace": namespace, "name": name},
+                  "spec": {"queueName": "nlp", "active": True}}, f"wl-{name}", *owner)  # fmt: skip
+
+
+def test_applying_kueue_advice_patches_and_deactivates_through_the_api_server(
     engine: Warehouse, fake: Any, kube: Cluster
 ) -> None:
+    # idle2's Workload is owned by the JobSet that owns its Job; idle1 is a batch Job's pod
+    # that Kueue does not manage (no Workload: evicted); busy's Workload is its own (Kueue's
+    # pod integration) and stays active, as does a Workload of the same Job UID elsewhere
+    jobset = ("jobset.x-k8s.io/v1alpha2", "JobSet", "big", "uid-jobset")
+    child = ("batch/v1", "Job", "big-workers-0", "uid-job-2")
+    fake.put("pods", owned(pod("nlp", "nlp-idle2-pod"), "uid-pod-2", child))
+    fake.put("jobs", owned({"apiVersion": "batch/v1", "kind": "Job",
+                            "metadata": {"namespace": "nlp", "name": "big-workers-0"}},
+                           "uid-job-2", jobset))  # fmt: skip
+    fake.put("workloads", workload("nlp", "jobset-big-d4e5f", jobset))
+    job = ("batch/v1", "Job", "train-1", "uid-job-1")
+    fake.put("pods", owned(pod("nlp", "nlp-idle1-pod"), "uid-pod-1", job))
+    fake.put(
+        "jobs",
+        owned(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"namespace": "nlp", "name": "train-1"},
+            },
+            "uid-job-1",
+        ),
+    )
+    fake.put("workloads", workload("other", "job-train-1-elsewhere", job))
+    fake.put("pods", owned(pod("nlp", "nlp-busy-pod"), "uid-pod-3"))
+    fake.put("workloads", workload("nlp", "pod-nlp-busy-pod-99", ("v1", "Pod", "nlp-busy-pod",
+                                                                  "uid-pod-3")))  # fmt: skip
     with fresh_database(engine) as wh:
         af.fill(wh)
         ((report, _),) = build_reports(wh, settings(), af.T, "c1", kube)
@@ -163,7 +205,7 @@ def test_applying_kueue_advice_patches_and_evicts_through_the_api_server(
             apply_advice(wh, ids[kind], target="kueue", actor="ops", names=NAMES, cluster=kube)
         entries = {e.object: e for e in audit_entries(wh, action="advice.apply")}
         lend = json.loads(entries[ids["lend_guarantee"]].detail)
-    patches = [w for w in fake.writes if w[0] == "PATCH"]
+    patches = [w for w in fake.writes if "/clusterqueues/" in w[1]]
     assert {(p[1].rsplit("/", 1)[1], p[2]) for p in patches} == {
         ("ds-chat", "application/merge-patch+json"),
         ("ml-vision", "application/merge-patch+json"),
@@ -173,14 +215,25 @@ def test_applying_kueue_advice_patches_and_evicts_through_the_api_server(
     assert fake.get("clusterqueues", "ml-vision")["spec"]["preemption"] == {
         "reclaimWithinCohort": "Any"
     }
+    stopped = [(w[1], w[2], w[3]) for w in fake.writes if "/workloads/" in w[1]]
+    assert stopped == [(
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/nlp/workloads/jobset-big-d4e5f",
+        "application/merge-patch+json", {"spec": {"active": False}}
+    )]  # fmt: skip
+    assert fake.get("workloads", "nlp/jobset-big-d4e5f")["spec"]["active"] is False
+    fake.get("pods", "nlp/nlp-idle2-pod")  # Kueue, not gpuledger, stops its pods
     evictions = [w[1] for w in fake.writes if w[0] == "POST"]
-    assert evictions == [
-        "/api/v1/namespaces/nlp/pods/nlp-idle1-pod/eviction",
-        "/api/v1/namespaces/nlp/pods/nlp-idle2-pod/eviction",
-    ]
+    assert evictions == ["/api/v1/namespaces/nlp/pods/nlp-idle1-pod/eviction"]
     with pytest.raises(KeyError):
         fake.get("pods", "nlp/nlp-idle1-pod")
     fake.get("pods", "nlp/nlp-busy-pod")  # the busy job was left alone
+    assert fake.get("workloads", "nlp/pod-nlp-busy-pod-99")["spec"]["active"] is True
+    assert fake.get("workloads", "other/job-train-1-elsewhere")["spec"]["active"] is True
+    reclaim = json.loads(entries[ids["reclaim"]].detail)
+    where = "Workload nlp/jobset-big-d4e5f (pod nlp-idle2-pod)"
+    assert reclaim["scheduler_before"][where] == {"active": True}
+    assert reclaim["scheduler_after"][where] == {"active": False}
+    assert reclaim["scheduler_after"]["pod nlp/nlp-idle1-pod"] == "evicted"
     res = lambda doc: doc["resourceGroups"][0]["flavors"][0]["resources"][1]  # noqa: E731
     assert res(lend["scheduler_before"]["ClusterQueue ds-chat"])["lendingLimit"] == 0
     assert res(lend["scheduler_after"]["ClusterQueue ds-chat"])["lendingLimit"] == 1

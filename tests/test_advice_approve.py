@@ -186,3 +186,47 @@ def test_the_alerts_page_approves_for_a_manager_and_refuses_a_tenant(data: Data)
             ("vic", "advice.reject.denied", "denied"),
             ("mia", "advice.reject", "ok"),
         ]
+
+
+@pytest.mark.browser
+def test_the_approve_button_in_chromium(data: Data) -> None:
+    """A manager picks the reclaim in the alerts page's grid and clicks Approve in Debian's
+    Chromium: the page says so and the grid shows it approved (screenshot in
+    test-artifacts/screenshots/); the tenant's lead sees no button."""
+    from test_pages_browser import ARGS, CHROMIUM, SCREENSHOTS, playwright_api
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no {CHROMIUM}: `make chromium`")
+    reclaim = data.ids["reclaim"]
+    with (
+        serving(data.cmd, data.env, data.dir, log=data.dir.parent / "serve.log") as url,
+        playwright_api.sync_playwright() as pw,
+    ):
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        try:
+            for user in (TENANT, MANAGER):
+                page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+                page.set_default_timeout(60_000)
+                page.goto(f"{url}/alerts")
+                page.fill("input[name=user]", user)
+                page.fill("input[name=password]", PASSWORD)
+                page.click("button[type=submit]")
+                cell = page.locator("#alerts-advice-grid .ag-cell[col-id=advice_id]")
+                cell.filter(has_text=reclaim).wait_for()
+                if user == TENANT:
+                    assert page.locator("#alerts-approve").count() == 0
+                    continue
+                mine = page.locator(".ag-cell[col-id=advice_id]", has_text=reclaim)
+                row = page.locator("#alerts-advice-grid .ag-row", has=mine)
+                row.locator(".ag-cell[col-id=advice_id]").click()
+                page.click("#alerts-approve")
+                decision = page.locator("#alerts-decision")
+                decision.filter(has_text=f"Advice {reclaim} approved by {MANAGER}").wait_for()
+                # the grid is drawn anew after the step: the row is found again, not kept
+                row.locator(".ag-cell[col-id=status]", has_text="approved").wait_for()
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(SCREENSHOTS / "alerts-approved.png"), full_page=True)
+        finally:
+            browser.close()
+        assert _statuses(url)[reclaim] == "approved"
+    assert data.audit(reclaim) == [(MANAGER, "advice.approve", "ok")]

@@ -107,8 +107,8 @@ def history(wh: Warehouse) -> Warehouse:
 
 def test_nothing_written_yet_says_what_will_fill_it(wh: Warehouse) -> None:
     got = call(_client(wh, Viewer("m", "manager")), OUTPUTS, STATE)
-    assert "No alerts yet: idle-GPU alerting arrives with" in text(got["alerts-open"])
-    assert "No advice yet" in text(got["alerts-advice"])
+    assert "No alerts yet: no rule has fired" in text(got["alerts-open"])
+    assert "`gpuledger advise` proposes" in text(got["alerts-advice"])
 
 
 def test_a_manager_sees_what_is_open_at_the_time(history: Warehouse) -> None:

@@ -33,9 +33,10 @@ from gpuledger_errors import InputError
 dash.register_page(__name__, path="/alerts", name="Alerts", title="gpuledger — alerts and advice")
 
 NO_ALERTS_YET = (
-    "No alerts yet: idle-GPU alerting arrives with the chargeback-and-alerts work; once its "
-    "rules run (GPUs allocated but idle, GPUs free while jobs wait, unhealthy GPUs, tenants "
-    "over their guarantee), the alerts that fire and have not resolved appear here."
+    "No alerts yet: no rule has fired in this warehouse (GPUs allocated but idle, GPUs free "
+    "while jobs wait, unhealthy GPUs, tenants over their guarantee). `gpuledger serve` runs "
+    "the rules on its schedule, `gpuledger alerts check` once; what fires and has not "
+    "resolved appears here."
 )
 DECIDE_NOTE = "Pick a proposed advice in the table, then approve or reject it (audited)."
 APPLY_NOTE = (
@@ -43,8 +44,9 @@ APPLY_NOTE = (
     "applying changes the scheduler."
 )
 NO_ADVICE_YET = (
-    "No advice yet: quota-reclaim and priority advice arrive with the scheduler-hooks work; "
-    "the advice proposed or approved and not yet applied will appear here."
+    "No advice yet: none has been proposed in this warehouse. `gpuledger advise` proposes "
+    "quota-reclaim, limit and priority advice; what is proposed or approved and not yet "
+    "applied appears here."
 )
 ALERTS = {
     "last_ts": "Changed",

@@ -3,8 +3,9 @@
 It speaks the part of the real protocol the official client uses, so tests run the real
 ``kubernetes`` client (urllib3 underneath) against it:
 
-* ``GET /api/v1/pods`` (``/api/v1/nodes``, ``/apis/kueue.x-k8s.io/v1beta1/workloads``, Kueue's
-  ``v1beta2`` ClusterQueues and Volcano's ``v1beta1`` Queues) returns
+* ``GET /api/v1/pods`` (``/api/v1/nodes``, ``/apis/kueue.x-k8s.io/v1beta2/workloads`` and the
+  ``v1beta1`` ones where ``kueue_versions`` says so, Kueue's ``v1beta2`` ClusterQueues and
+  Volcano's ``v1beta1`` Queues) returns
   a List whose ``metadata.resourceVersion`` is the current one, in pages with ``limit`` and
   ``continue``. Without Kueue "installed", the Workload path answers 404, as for a missing CRD.
 * ``?watch=true&resourceVersion=N`` answers with chunked transfer-encoding, one JSON event per
@@ -42,6 +43,7 @@ from typing import Any
 PATHS = {
     "/api/v1/pods": "pods",
     "/api/v1/nodes": "nodes",
+    "/apis/kueue.x-k8s.io/v1beta2/workloads": "workloads",
     "/apis/kueue.x-k8s.io/v1beta1/workloads": "workloads",
     "/apis/kueue.x-k8s.io/v1beta2/clusterqueues": "clusterqueues",
     "/apis/scheduling.volcano.sh/v1beta1/queues": "queues",
@@ -50,7 +52,7 @@ PATHS = {
 _LIST = {
     "pods": ("v1", "PodList"),
     "nodes": ("v1", "NodeList"),
-    "workloads": ("kueue.x-k8s.io/v1beta1", "WorkloadList"),
+    "workloads": ("kueue.x-k8s.io/v1beta2", "WorkloadList"),
     "clusterqueues": ("kueue.x-k8s.io/v1beta2", "ClusterQueueList"),
     "queues": ("scheduling.volcano.sh/v1beta1", "QueueList"),
     "jobs": ("batch/v1", "JobList"),
@@ -122,8 +124,9 @@ class _Stream:
 class FakeKubeApi:
     """The fake server; ``url`` is what ``kubernetes.client.Configuration(host=...)`` takes."""
 
-    def __init__(self, *, kueue: bool = True):
+    def __init__(self, *, kueue: bool = True, kueue_versions: tuple[str, ...] = ("v1beta2",)):
         self.kueue = kueue
+        self.kueue_versions = kueue_versions  # the Workload versions served (from v0.20: v1beta2)
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.writes: list[tuple[str, str, str, Any]] = []
         self._cond = threading.Condition()
@@ -264,14 +267,16 @@ class FakeKubeApi:
             time.sleep(0.005)
 
     def watch_requests(self, kind: str) -> list[dict[str, str]]:
-        path = next(p for p, k in PATHS.items() if k == kind)
         with self._cond:
-            return [q for p, q in self.requests if p == path and q.get("watch")]
+            return [q for p, q in self.requests if PATHS.get(p) == kind and q.get("watch")]
 
     def list_requests(self, kind: str) -> list[dict[str, str]]:
-        path = next(p for p, k in PATHS.items() if k == kind)
         with self._cond:
-            return [q for p, q in self.requests if p == path and not q.get("watch")]
+            return [q for p, q in self.requests if PATHS.get(p) == kind and not q.get("watch")]
+
+    def serves_workloads(self, path: str) -> bool:
+        """Whether Kueue is "installed" and serves Workloads at the version in ``path``."""
+        return self.kueue and path.split("/")[3] in self.kueue_versions
 
     # -- server side ----------------------------------------------------------------------------
     def _record(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
@@ -358,7 +363,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(404, _status(404, "NotFound", f"{item[0]} {item[1]} not found"))
             else:
                 self._json(200, copy.deepcopy(found))
-        elif kind is None or (kind == "workloads" and not api.kueue):
+        elif kind is None or (kind == "workloads" and not api.serves_workloads(url.path)):
             self._json(404, _status(404, "NotFound", "the server could not find the resource"))
         elif query.get("watch", "").lower() in ("true", "1"):
             try:

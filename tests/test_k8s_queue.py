@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from k8s_fake import FakeKubeApi
 from k8s_helpers import (
     JOB_UID,
@@ -267,3 +268,32 @@ def test_pods_of_a_job_s_children_take_its_slots_by_name(
     late = pod("js-workers-0-0-retry", resources={"nvidia.com/gpu": "1"})
     fake.put("pods", late)  # no free slot left: a job of its own
     assert runner.wait_events(10)[-1].job_id == "uid-js-workers-0-0-retry"
+
+
+@pytest.mark.parametrize("served", ["v1beta2", "v1beta1"])
+def test_workloads_are_read_at_the_version_kueue_serves(served: str) -> None:
+    """Kueue serves v1beta2 alone from v0.20 (its priority class in ``priorityClassRef``), and
+    v1beta1 alone before v0.15: either way the waiting Workload is seen."""
+    wl = workload("search", ns="team-x")
+    if served == "v1beta2":
+        wl["apiVersion"] = "kueue.x-k8s.io/v1beta2"
+        spec = wl["spec"]
+        spec["priorityClassRef"] = {"group": "scheduling.k8s.io", "kind": "PriorityClass",
+                                    "name": spec.pop("priorityClassName")}  # fmt: skip
+        spec.pop("priorityClassSource", None)
+    with FakeKubeApi(kueue_versions=(served,)) as fake:
+        fake.put("workloads", wl)
+        api = k8s.ApiClient(k8s.Configuration(host=fake.url))
+        try:
+            collector = make(api)
+            (queued,) = collector.poll_once().job_events
+            assert (queued.job_id, queued.event, queued.priority_class) == (
+                "job-train", "submitted", "research-high",
+            )  # fmt: skip
+            again = collector.poll_once()  # the version that answered is asked first
+            assert not again.job_events
+            asked = [p.split("/")[3] for p, _ in fake.requests if p.endswith("/workloads")]
+            wanted = ["v1beta2"] * 2 if served == "v1beta2" else ["v1beta2", "v1beta1", "v1beta1"]
+            assert asked == wanted
+        finally:
+            api.close()

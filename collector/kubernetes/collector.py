@@ -64,7 +64,10 @@ log = logging.getLogger(__name__)
 GAP_REASON = "deleted during watch gap"
 RELIST_AFTER = 3  # watch failures in a row (HTTP errors other than 410 and 429) before a relist
 POLL_GAP_REASON = "deleted between polls"
-KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads")  # group, version, plural
+KUEUE_GROUP = "kueue.x-k8s.io"
+#: The Workload versions asked for, in order: v1beta2 is served from Kueue v0.15 and alone from
+#: v0.20; v1beta1 for an older Kueue.
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 
 
 class KubernetesError(SourceError):
@@ -73,6 +76,29 @@ class KubernetesError(SourceError):
 
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def _workloads(custom: Any) -> Callable[..., Any]:
+    """Lists (and, through Watch, watches) Kueue Workloads at the first version of
+    :data:`KUEUE_VERSIONS` the API server serves (404: not served), the one that answered
+    last tried first; the last 404 when none is (Kueue is not installed)."""
+    order = list(KUEUE_VERSIONS)
+
+    def call(**kwargs: Any) -> Any:
+        for i, version in enumerate(order):
+            try:
+                got = custom.list_cluster_custom_object(KUEUE_GROUP, version, "workloads", **kwargs)
+            except ApiException as exc:
+                if exc.status != 404 or i == len(order) - 1:
+                    raise
+                continue
+            if i:
+                log.info("Kueue serves Workloads at %s/%s: read there", KUEUE_GROUP, version)
+                order.insert(0, order.pop(i))
+            return got
+        raise AssertionError("unreachable: the last version raises")
+
+    return call
 
 
 class _Kind(NamedTuple):
@@ -155,7 +181,7 @@ class KubernetesCollector:
         self._kinds = [_Kind("nodes", _raw(core.list_node))]
         if kueue:
             custom = client.CustomObjectsApi(api_client)
-            self._kinds.append(_Kind("workloads", _raw(custom.list_cluster_custom_object, *KUEUE)))
+            self._kinds.append(_Kind("workloads", _workloads(custom)))
         self._kinds.append(_Kind("pods", _raw(core.list_pod_for_all_namespaces)))
         self.cluster, self.clock, self.page_size = cluster, clock, page_size
         self.watch_timeout_s, self.request_timeout_s = watch_timeout_s, request_timeout_s

@@ -383,7 +383,12 @@ def parse_pod(obj: Any, user_keys: Sequence[str] = USER_KEYS) -> PodView:
         workload_name=annotations.get(WORKLOAD_ANNOTATION, ""),
         node=str(spec.get("nodeName") or ""),
         priority=priority,
-        priority_class=str(spec.get("priorityClassName") or ""),
+        # v1beta2 names the class in priorityClassRef; v1beta1 in priorityClassName
+        priority_class=str(
+            _map(spec.get("priorityClassRef"), "spec.priorityClassRef").get("name")
+            or spec.get("priorityClassName")
+            or ""
+        ),
         queue=labels.get(QUEUE_LABEL, ""),
         user=user,
         workload_type=workload_type(labels, str(owner.get("kind", ""))),
@@ -462,7 +467,8 @@ def _pod_set(ps: dict[str, Any], i: int, owner_kind: str, user_keys: Sequence[st
 
 
 def parse_workload(obj: Any, user_keys: Sequence[str] = USER_KEYS) -> WorkloadView:
-    """Read a kueue.x-k8s.io/v1beta1 Workload; raises ``_Bad`` on malformed input."""
+    """Read a kueue.x-k8s.io Workload (v1beta2, or v1beta1 from an older Kueue); raises
+    ``_Bad`` on malformed input."""
     meta = _meta(obj, "workload")
     spec, status = _map(obj.get("spec"), "spec"), _map(obj.get("status"), "status")
     conditions = _items(status.get("conditions"))
@@ -491,7 +497,12 @@ def parse_workload(obj: Any, user_keys: Sequence[str] = USER_KEYS) -> WorkloadVi
             _map(status.get("admission"), "status.admission").get("clusterQueue") or ""
         ),
         priority=priority if isinstance(priority, int) else None,
-        priority_class=str(spec.get("priorityClassName") or ""),
+        # v1beta2 names the class in priorityClassRef; v1beta1 in priorityClassName
+        priority_class=str(
+            _map(spec.get("priorityClassRef"), "spec.priorityClassRef").get("name")
+            or spec.get("priorityClassName")
+            or ""
+        ),
         admitted=admitted is not None,
         admitted_at=_time((admitted or {}).get("lastTransitionTime"), "status.conditions"),
         eviction=eviction,

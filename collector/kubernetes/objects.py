@@ -383,12 +383,7 @@ def parse_pod(obj: Any, user_keys: Sequence[str] = USER_KEYS) -> PodView:
         workload_name=annotations.get(WORKLOAD_ANNOTATION, ""),
         node=str(spec.get("nodeName") or ""),
         priority=priority,
-        # v1beta2 names the class in priorityClassRef; v1beta1 in priorityClassName
-        priority_class=str(
-            _map(spec.get("priorityClassRef"), "spec.priorityClassRef").get("name")
-            or spec.get("priorityClassName")
-            or ""
-        ),
+        priority_class=str(spec.get("priorityClassName") or ""),
         queue=labels.get(QUEUE_LABEL, ""),
         user=user,
         workload_type=workload_type(labels, str(owner.get("kind", ""))),

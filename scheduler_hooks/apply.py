@@ -1,8 +1,8 @@
 """Applying approved advice: patch the ClusterQueue or Queue and preempt the jobs it names
 (through the Kubernetes API: a Kueue job's Workload is deactivated, any other pod evicted), or
 run the Slurm commands; then mark the advice applied, with the scheduler's state before and
-after in the audit log. A failure is audited too (outcome ``failed``, with
-what was done before it) and leaves the advice approved, to be applied again.
+after in the audit log. A failure is audited too (outcome ``failed``, with what was done
+before it) and leaves the advice approved, to be applied again.
 """
 
 from __future__ import annotations

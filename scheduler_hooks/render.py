@@ -14,10 +14,10 @@ pool's flavor, a weight is ``spec.fairSharing.weight``, and a reclaim turns on t
 (``spec.active: false``, as ``kubectl kueue stop workload`` does): Kueue evicts it, suspends the
 job and frees its quota at once, where evicting a pod would free nothing (the job makes a new
 pod on the same admission); found at apply time from the pod's owners, and a pod Kueue does not
-manage is evicted instead. A JSON merge patch
-replaces a list whole, so a change to one resource carries ``spec.resourceGroups`` whole, as
-read. Volcano (``scheduling.volcano.sh/v1beta1`` Queue, capacity and proportion plugins): a
-borrowing limit caps ``spec.capability`` at guarantee + limit; a lending limit keeps
+manage is evicted instead. A JSON merge patch replaces a list whole, so a change to one
+resource carries ``spec.resourceGroups`` whole, as read. Volcano
+(``scheduling.volcano.sh/v1beta1`` Queue, capacity and proportion plugins): a borrowing limit
+caps ``spec.capability`` at guarantee + limit; a lending limit keeps
 ``spec.guarantee.resource`` (never lent) at guarantee - limit; ``spec.weight``;
 ``spec.reclaimable`` for a borrower that cannot be reclaimed from. Slurm: ``sacctmgr modify
 account ... set GrpTRES=gres/gpu=N Fairshare=N``, ``scontrol requeue`` for idle jobs and

@@ -5,7 +5,7 @@ in the callback. Every step and every refusal is in the audit log under the pers
 A data directory of tests/advice_fixture.py's cluster, its advice proposed by `gpuledger
 advise` (which needs no user), with a manager (mia) and a tenant's lead (vic, ml/vision); the
 command line in subprocesses, then a real `gpuledger serve` whose callbacks are posted over
-HTTP as the browser does."""
+HTTP as the browser does, and whose approve button is clicked in Chromium."""
 
 from __future__ import annotations
 

@@ -126,16 +126,6 @@ def _keep(tenant: str | None, only: Mapping[str, str] | None) -> pl.Expr:
     return keep
 
 
-def _hours(frame: pl.DataFrame) -> tuple[float, float | None, float | None, float]:
-    """Allocated, used, idle and unmeasured GPU-hours of usage rows (or lines)."""
-    allocated = float(frame["allocated_gpu_ms"].sum() or 0) / 3.6e6
-    measured = frame.filter(pl.col("used_gpu_hours").is_not_null())
-    used = float(measured["used_gpu_hours"].sum()) if measured.height else None
-    idle = float(measured["idle_gpu_hours"].sum()) if measured.height else None
-    unmeasured = max(0.0, allocated - float(frame["measured_gpu_hours"].sum() or 0))
-    return allocated, used, idle, unmeasured
-
-
 def cost_breakdown(
     wh: Warehouse,
     window: Window,
@@ -231,8 +221,8 @@ def job_costs(
     )
     direct, shared = _job_cents(rows, decided, segments)
     jobs = [
-        _job(part, direct.get(str(key[0]), Decimal(0)), shared.get(str(key[0]), Decimal(0)))
-        for key, part in rows.group_by("_job")
+        _job(r, direct.get(r["_job"], Decimal(0)), shared.get(r["_job"], Decimal(0)))
+        for r in _per_job(rows).iter_rows(named=True)
     ]
     jobs.sort(key=lambda j: (j.start, j.cluster, j.job_id), reverse=True)
     return Detail(window, window.until(now), policy, book.currency, tenant, tuple(jobs))
@@ -262,24 +252,60 @@ def _job_cents(
     return direct, shared
 
 
-def _job(part: pl.DataFrame, direct: Decimal, shared: Decimal) -> JobCost:
-    """One job's row from its usage rows (one per GPU, attempt and sealed day)."""
-    first = part.row(0, named=True)
-    per_gpu = part.group_by("attempt", "gpu_uuid", "mig_instance").agg(pl.col("fraction").max())
-    per_attempt = per_gpu.group_by("attempt").agg(pl.col("fraction").cast(pl.Float64).sum())
-    widest = per_attempt["fraction"].max()
-    allocated, used, idle_h, unmeasured = _hours(part)
+def _per_job(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per job from its usage rows (one per GPU, attempt and sealed day), in one pass:
+    a job's widest attempt is the sum of its GPUs' largest fractions."""
+    widest = (
+        rows.group_by("_job", "attempt", "gpu_uuid", "mig_instance")
+        .agg(pl.col("fraction").max().cast(pl.Float64))
+        .group_by("_job", "attempt")
+        .agg(pl.col("fraction").sum())
+        .group_by("_job")
+        .agg(pl.len().alias("attempts"), pl.col("fraction").max().alias("widest"))
+    )
+    measured = pl.col("used_gpu_hours").is_not_null()
+    return (
+        rows.group_by("_job", maintain_order=True)
+        .agg(
+            pl.col("cluster", "job_id", "tenant", "user").first(),
+            pl.col("gpu_model").unique().sort().str.join(", "),
+            pl.col("pool").unique().sort().str.join(", "),
+            pl.col("s").min().alias("start"),
+            pl.col("e").max().alias("end"),
+            (pl.col("end_event").fill_null("") == "").any().alias("running"),
+            pl.col("allocated_gpu_ms").sum(),
+            measured.any().alias("measured"),
+            pl.col("used_gpu_hours").filter(measured).sum(),
+            pl.col("idle_gpu_hours").filter(measured).sum(),
+            pl.col("measured_gpu_hours").fill_null(0.0).sum(),
+        )
+        .join(widest, on="_job")
+    )
+
+
+def _job(row: Mapping[str, Any], direct: Decimal, shared: Decimal) -> JobCost:
+    """One job's row from :func:`_per_job`'s, with its cents."""
+    allocated = float(row["allocated_gpu_ms"] or 0) / 3.6e6
+    measured = bool(row["measured"])
+    widest = row["widest"]
     return JobCost(
-        cluster=str(first["cluster"]),
-        job_id=str(first["job_id"]),
-        tenant=str(first["tenant"]),
-        user=str(first["user"]),
-        gpu_model=", ".join(sorted(set(part["gpu_model"].to_list()))),
-        pool=", ".join(sorted(set(part["pool"].to_list()))),
-        attempts=per_attempt.height,
+        cluster=str(row["cluster"]),
+        job_id=str(row["job_id"]),
+        tenant=str(row["tenant"]),
+        user=str(row["user"]),
+        gpu_model=str(row["gpu_model"]),
+        pool=str(row["pool"]),
+        attempts=int(row["attempts"]),
         gpus=round(widest, 6) if isinstance(widest, float) else 0.0,
-        start=part["s"].min(),  # type: ignore[arg-type]
-        end=part["e"].max(),  # type: ignore[arg-type]
-        running=bool((part["end_event"].fill_null("") == "").any()),
-        hours=Hours(allocated, used, idle_h, unmeasured, direct, shared),
+        start=row["start"],
+        end=row["end"],
+        running=bool(row["running"]),
+        hours=Hours(
+            allocated,
+            float(row["used_gpu_hours"]) if measured else None,
+            float(row["idle_gpu_hours"]) if measured else None,
+            max(0.0, allocated - float(row["measured_gpu_hours"] or 0)),
+            direct,
+            shared,
+        ),
     )

@@ -332,6 +332,7 @@ def render_ledger(ledger: Ledger, fmt: str) -> str:
 def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
     """Seal the ledger's finished days (see warehouse.ledger.seal)."""
     from gpuledger.app import open_warehouse
+    from warehouse.analytics.stranded import seal_hours
     from warehouse.ledger import seal_days
 
     since = day(args.since, "--since").date() if args.since else None
@@ -350,6 +351,9 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
         until=until,
         warehouse_cluster=settings.warehouse.cluster,
     )
+    hours = seal_hours(
+        wh, now=utc_now(), since=since, until=until, warehouse_cluster=settings.warehouse.cluster
+    )
     # every printed window names its last day, included, as the user types it
     last = report.end_day - dt.timedelta(days=1) if report.end_day else None
     doc = {
@@ -358,6 +362,11 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
         "sealed": [d.isoformat() for d in report.sealed],
         "still_sealed": report.still_sealed,
         "usage_rows": report.usage_rows,
+        "stranded_hours": {
+            "sealed": [{"cluster": c, "day": d.isoformat()} for c, d in hours.sealed],
+            "still_sealed": hours.still_sealed,
+            "rows": hours.rows,
+        },
     }
     if args.format == "json":
         print(json.dumps(doc, indent=1))
@@ -370,6 +379,11 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
         print(
             f"sealed {days} with {report.usage_rows} usage rows; {report.still_sealed} "
             f"day(s) from {report.first_day} to {last} were sealed already"
+        )
+    if args.format != "json" and (hours.sealed or hours.still_sealed):
+        print(
+            f"sealed the stranded capacity of {len(hours.sealed)} cluster-day(s) up to the last "
+            f"hour ({hours.rows} rows); {hours.still_sealed} were sealed already"
         )
     return 0
 

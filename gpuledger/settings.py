@@ -120,7 +120,7 @@ class LedgerSettings:
     #: weighted | even | none
     idle_policy: str = "weighted"
     currency: str = "USD"
-    #: how often `serve` seals the finished days (`gpuledger seal`); 0: never (seal by hand)
+    #: how often `serve` seals the finished days and past hours (`gpuledger seal`); 0: never
     seal_interval_s: int = 3600
 
     def validate(self) -> None:

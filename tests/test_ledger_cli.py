@@ -97,6 +97,9 @@ def test_ledger_command(tmp_path: Path, gpuledger_cmd: list[str], cli_env: dict[
     # sealing: yesterday (if the demo reached it and it has finished) is kept, once
     sealed = json.loads(run("seal", "--format", "json").stdout)
     assert all(d < last for d in sealed["sealed"])
+    # and the stranded capacity's past hours, today's too
+    stranded = sealed["stranded_hours"]
+    assert stranded["rows"] > 0 and all(d["day"] <= last for d in stranded["sealed"])
     again = run("seal")
     assert again.returncode == 0
     assert ("sealed 0 day(s)" in again.stdout) or again.stdout.startswith("nothing to seal")

@@ -30,9 +30,9 @@ from warehouse.analytics.fragmentation import (
     SCOPES,
     FragmentationReport,
     fragmentation_at,
-    stranded_over,
     trailing_days,
 )
+from warehouse.analytics.stranded import stranded_over
 from warehouse.analytics.tenancy import in_tenant
 from warehouse.times import instant
 

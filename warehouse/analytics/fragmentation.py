@@ -504,24 +504,50 @@ def _steps(start: dt.datetime, end: dt.datetime, step: dt.timedelta) -> int:
     return -(-(end - start) // step)
 
 
-def _sampled(
+def stranded_instants(
     wh: Warehouse,
     cluster: str,
     start: dt.datetime,
     end: dt.datetime,
-    step: dt.timedelta,
-    window: dt.timedelta,
-    scope: str,
-    mix_event: str,
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    step: dt.timedelta = _HOUR,
+    *,
+    window: dt.timedelta = DEFAULT_WINDOW,
+    scope: str = "model",
+    mix_event: str = "started",
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The stranded capacity at each instant t_i = start + i * step in [start, end): (per pool
+    and GPU model: ts, pool, gpu_model, capacity_gpus, free_gpus, stranded_gpus; per tenant:
+    ts, tenant, pool, gpu_model, stranded_gpus). :func:`over_range` weighs them."""
     start, end = _utc(start, "start"), _utc(end, "end")
     _check(scope, window, mix_event)
     n = _steps(start, end, step)
     units, mix, _ = _series(wh, cluster, start, step, n, window, mix_event)
     per_node, per_tenant = evaluate(units, mix, scope)
+    series = per_node.group_by("ts", "pool", "gpu_model").agg(
+        pl.col("capacity_gpus").sum(),
+        pl.col("free_gpus").sum(),
+        pl.col("fgd_gpus").sum().alias("stranded_gpus"),
+    )
+    return series, per_tenant
+
+
+def over_range(
+    series: pl.DataFrame, tenants: pl.DataFrame, end: dt.datetime, step: dt.timedelta = _HOUR
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`stranded_instants`' rows held for their step, the last clipped at ``end``:
+    (the series with stranded_gpu_hours, sorted; stranded GPU-hours per tenant, pool and
+    model, most first)."""
     weight = pl.min_horizontal(pl.lit(step), pl.lit(end) - pl.col("ts")).dt.total_milliseconds()
-    hours = (weight / 3_600_000).alias("hours")
-    return per_node.with_columns(hours), per_tenant.with_columns(hours), units
+    hours = weight / 3_600_000
+    series = series.with_columns(
+        (pl.col("stranded_gpus") * hours).alias("stranded_gpu_hours")
+    ).sort("ts", "pool", "gpu_model")
+    tenants = (
+        tenants.group_by("tenant", "pool", "gpu_model")
+        .agg((pl.col("stranded_gpus") * hours).sum().alias("stranded_gpu_hours"))
+        .sort("stranded_gpu_hours", "tenant", descending=[True, False])
+    )
+    return series, tenants
 
 
 def stranded_over(
@@ -535,25 +561,12 @@ def stranded_over(
     scope: str = "model",
     mix_event: str = "started",
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(:func:`stranded_gpu_hours`, :func:`stranded_by_tenant`) from one sampling, for a
-    reader that shows both (the capacity page)."""
-    per_node, per_tenant, _ = _sampled(wh, cluster, start, end, step, window, scope, mix_event)
-    series = (
-        per_node.group_by("ts", "pool", "gpu_model")
-        .agg(
-            pl.col("capacity_gpus").sum(),
-            pl.col("free_gpus").sum(),
-            pl.col("fgd_gpus").sum().alias("stranded_gpus"),
-            (pl.col("fgd_gpus") * pl.col("hours")).sum().alias("stranded_gpu_hours"),
-        )
-        .sort("ts", "pool", "gpu_model")
+    """(:func:`stranded_gpu_hours`, :func:`stranded_by_tenant`) from one sampling, computed
+    live (:mod:`warehouse.analytics.stranded` reads sealed hours where they hold)."""
+    series, tenants = stranded_instants(
+        wh, cluster, start, end, step, window=window, scope=scope, mix_event=mix_event
     )
-    tenants = (
-        per_tenant.group_by("tenant", "pool", "gpu_model")
-        .agg((pl.col("stranded_gpus") * pl.col("hours")).sum().alias("stranded_gpu_hours"))
-        .sort("stranded_gpu_hours", "tenant", descending=[True, False])
-    )
-    return series, tenants
+    return over_range(series, tenants, _utc(end, "end"), step)
 
 
 def stranded_gpu_hours(

@@ -30,7 +30,7 @@ import polars as pl
 
 from warehouse import queries
 from warehouse.analytics import fleet
-from warehouse.analytics.fragmentation import stranded_gpu_hours
+from warehouse.analytics.stranded import stranded_over
 from warehouse.analytics.tenancy import in_tenant, owns
 from warehouse.client import Warehouse
 from warehouse.ledger.energy import energy_cost
@@ -526,8 +526,9 @@ def _censored(
 
 
 def _stranded(wh: Warehouse, cluster: str, start: dt.datetime, until: dt.datetime) -> float | None:
-    """Stranded (FGD) GPU-hours of one cluster, sampled hourly; None when the warehouse holds
-    several clusters and none was named, or there is no time or inventory to measure."""
+    """Stranded (FGD) GPU-hours of one cluster, sampled hourly (sealed hours read); None when
+    the warehouse holds several clusters and none was named, or there is no time or inventory
+    to measure."""
     if until <= start:
         return None
     if not cluster:
@@ -535,5 +536,5 @@ def _stranded(wh: Warehouse, cluster: str, start: dt.datetime, until: dt.datetim
         if len(names) != 1:
             return None
         cluster = str(names[0])
-    frame = stranded_gpu_hours(wh, cluster, start, until)
+    frame, _tenants = stranded_over(wh, cluster, start, until)
     return round(float(frame["stranded_gpu_hours"].sum()), 6) if frame.height else None

@@ -34,6 +34,7 @@ from collections.abc import Callable
 import polars as pl
 
 from warehouse import queries
+from warehouse.analytics.stranded import seal_hours
 from warehouse.client import Warehouse, WarehouseError
 from warehouse.ledger.result import IdleRule
 from warehouse.ledger.usage import live_usage_frame, usage_margin
@@ -183,9 +184,11 @@ def start_sealer(
     first_after_s: float = 60.0,
     warehouse_cluster: str = "",
 ) -> threading.Thread:
-    """Seal the finished days ``first_after_s`` from now, then every ``interval_s``, in a
-    daemon thread, until ``stop`` is set. Best effort: a pass that fails is logged and the
-    next one tries again (the ledger stays right meanwhile: unsealed days are computed live).
+    """Seal the finished days, and the stranded capacity's past hours
+    (:func:`~warehouse.analytics.stranded.seal_hours`), ``first_after_s`` from now, then every
+    ``interval_s``, in a daemon thread, until ``stop`` is set. Best effort: a pass that fails
+    is logged and the next one tries again (the ledger stays right meanwhile: unsealed days
+    are computed live).
     """
 
     def loop() -> None:
@@ -199,6 +202,13 @@ def start_sealer(
                 continue
             if report.sealed:
                 log.info("sealed %d day(s) of the ledger", len(report.sealed))
+            try:
+                hours = seal_hours(wh, now=clock(), warehouse_cluster=warehouse_cluster)
+            except WarehouseError as exc:
+                log.error("sealing the stranded hours failed (next try in %g s): %s", wait, exc)
+                continue
+            if hours.sealed:
+                log.info("sealed the stranded hours of %d cluster-day(s)", len(hours.sealed))
 
     thread = threading.Thread(target=loop, name="ledger-sealer", daemon=True)
     thread.start()

@@ -263,25 +263,31 @@ def daily_usage(
     )
 
 
-def _idle_costs(usage: pl.DataFrame, prices: PriceBook) -> list[Decimal]:
-    """Each usage row's idle cost: its direct cost x idle GPU-hours / allocated GPU-hours."""
-    direct = _priced(usage, prices, "allocated_gpu_ms")
-    shares = usage.select(
-        pl.when(pl.col("allocated_gpu_ms") > 0)
-        .then(pl.col("idle_gpu_hours").fill_null(0) * 3.6e6 / pl.col("allocated_gpu_ms"))
-        .otherwise(0.0)
-    )[:, 0]
+#: One usage row's idle cost with what it is summed by: (day, cluster, job_id, cost).
+IdleCost = tuple[dt.date, str, str, Decimal]
+
+
+def _idle_costs(usage: pl.DataFrame, prices: PriceBook) -> list[IdleCost]:
+    """The idle cost of each usage row that left GPU time idle: its direct cost x idle
+    GPU-hours / allocated GPU-hours (rows with none cost nothing and are not priced)."""
+    idle = usage.filter(
+        (pl.col("allocated_gpu_ms") > 0) & (pl.col("idle_gpu_hours").fill_null(0) > 0)
+    )
+    direct = _priced(idle, prices, "allocated_gpu_ms")
+    shares = (idle["idle_gpu_hours"] * 3.6e6 / idle["allocated_gpu_ms"]).to_list()
+    keys = idle.select("day", "cluster", "job_id").iter_rows()
     return [
-        Decimal(0) if d is None or not s else d * Decimal(s)
-        for d, s in zip(direct, shares.to_list(), strict=True)
+        (day, cluster, job, d * Decimal(share))
+        for (day, cluster, job), d, share in zip(keys, direct, shares, strict=True)
+        if d is not None
     ]
 
 
 def _days(
-    usage: pl.DataFrame, costs: list[Decimal], window: Window, until: dt.datetime
+    usage: pl.DataFrame, costs: list[IdleCost], window: Window, until: dt.datetime
 ) -> tuple[IdleDay, ...]:
     cost: dict[dt.date, Decimal] = defaultdict(Decimal)
-    for day, c in zip(usage["day"].to_list(), costs, strict=True):
+    for day, _cluster, _job, c in costs:
         cost[day] += c
     per_day = {
         r["day"]: r
@@ -311,10 +317,10 @@ def _days(
     return tuple(out)
 
 
-def _worst(usage: pl.DataFrame, costs: list[Decimal], n: int) -> tuple[IdleJob, ...]:
+def _worst(usage: pl.DataFrame, costs: list[IdleCost], n: int) -> tuple[IdleJob, ...]:
     cost: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
-    for key, c in zip(usage.select("cluster", "job_id").iter_rows(), costs, strict=True):
-        cost[key] += c
+    for _day, cluster, job, c in costs:
+        cost[(cluster, job)] += c
     jobs = (
         usage.with_columns(pl.concat_str("gpu_uuid", "mig_instance", separator="/").alias("_gpu"))
         .group_by("cluster", "job_id")

@@ -202,8 +202,11 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         dedup_window_s=s.dedup_window_s,
     )
     answers = AnswerCache(s.dashboard_cache_s) if s.dashboard_cache_s else None
+    # the pages' and the API's queries each through their thread's own client, so that a
+    # slow answer (or the answer cache's refresh) never holds up another request's
+    pages_wh = wh.per_thread()
     app = create_app(
-        wh,
+        pages_wh,
         idle=idle_rule(settings),
         currency=settings.ledger.currency,
         idle_policy=settings.ledger.idle_policy,
@@ -280,6 +283,7 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         coalescer.stop(timeout_s=30)
         for part in admission:
             part.stop()
+        pages_wh.close()
     return 0
 
 

@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,16 @@ class Warehouse:
             raise _translate(exc, self.dsn) from exc
         return Warehouse(client, self.database, self.dsn, kwargs)
 
+    def per_thread(self) -> Warehouse:
+        """The same warehouse through a client per thread (:class:`PerThread`)."""
+        return PerThread(self)
+
+    def _another_client(self) -> Any:
+        try:
+            return clickhouse_connect.get_client(**self._connect_kwargs)
+        except Exception as exc:  # the driver raises many kinds; each becomes one sentence
+            raise _translate(exc, self.dsn) from exc
+
     def name_tables_unqualified(self) -> None:
         """Let a table name without a database mean this warehouse's table, as a person typing
         ``SELECT ... FROM gpu_samples`` at the SQL console expects (gpuledger's own queries
@@ -312,6 +323,43 @@ class Warehouse:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.close()
+
+
+class PerThread(Warehouse):
+    """A warehouse whose every thread queries through a client of its own, made on its first
+    query. One client runs one query at a time, so threads sharing it wait for each other:
+    a page's quick query would wait behind another page's slow one, or behind a background
+    recomputation. The engine runs clients on the same data directory in parallel (and a
+    server takes one connection per client). The thread that made this object keeps the
+    client it was made from."""
+
+    def __init__(self, base: Warehouse) -> None:
+        self._local = threading.local()
+        self._made: list[Any] = []
+        self._made_lock = threading.Lock()
+        super().__init__(base.client, base.database, base.dsn, base._connect_kwargs)
+        self._settings_known = base._settings_known
+
+    @property  # type: ignore[override]
+    def client(self) -> Any:
+        mine = getattr(self._local, "client", None)
+        if mine is None:
+            mine = self._local.client = self._another_client()
+            with self._made_lock:
+                self._made.append(mine)
+        return mine
+
+    @client.setter
+    def client(self, value: Any) -> None:
+        self._local.client = value  # the maker's own thread keeps the client it came with
+
+    def close(self) -> None:
+        """Close the clients this object made (the one it was made from is its maker's)."""
+        with self._made_lock:
+            made, self._made = self._made, []
+        for client in made:
+            with contextlib.suppress(Exception):
+                client.close()
 
 
 def connect(

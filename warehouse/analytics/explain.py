@@ -464,14 +464,26 @@ def _reclaim_reason(
 def borrowed_by(
     quotas: pl.DataFrame, allocs: pl.DataFrame, pool: str, model: str, exclude: str = ""
 ) -> dict[str, float]:
-    """GPUs each tenant holds above its guarantee in (pool, model), largest first."""
+    """GPUs each tenant holds above its guarantee in (pool, model), largest first: each
+    tenant's quota row as :func:`_quota` picks it, its holdings as :func:`_held` sums them."""
+    rows = allocs.filter(pl.col("pool") == pool)
+    held: dict[str, dict[str, float]] = {}  # tenant -> GPU model -> GPUs held
+    for tenant, gpu_model, gpus in (
+        rows.group_by("tenant", "gpu_model").agg(pl.col("fraction").sum()).iter_rows()
+    ):
+        held.setdefault(tenant, {})[gpu_model] = float(gpus)
+    guarantees: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in quotas.filter(pl.col("pool") == pool).iter_rows(named=True):
+        guarantees.setdefault((r["tenant"], r["gpu_model"]), r)  # the first, as _quota
     out: dict[str, float] = {}
-    for tenant in sorted(set(allocs.filter(pl.col("pool") == pool)["tenant"].to_list())):
+    for tenant in sorted(held):
         if tenant == exclude:
             continue
-        quota = _quota(quotas, tenant, pool, model)
+        quota = guarantees.get((tenant, model)) or guarantees.get((tenant, ""))
         guaranteed = float(quota["guaranteed_gpus"]) if quota else 0.0
-        over = _held(allocs, tenant, pool, quota["gpu_model"] if quota else model) - guaranteed
+        counted = quota["gpu_model"] if quota else model
+        mine = held[tenant]
+        over = (mine.get(counted, 0.0) if counted else sum(mine.values())) - guaranteed
         if over > EPS:
             out[tenant] = over
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -305,12 +305,15 @@ def waiting_reasons(
     waiting: pl.DataFrame,
     *,
     viewer: str | None = None,
+    memo: dict[Any, Any] | None = None,
 ) -> list[Reason]:
     """The reasons a waiting job does not start, in the order a scheduler checks them.
 
     ``viewer`` set (an org or org/project): told to that tenant, so the tenants a reclaim
     waits on are named only when they are its own, and of the jobs ahead only its own are
-    listed (the counts stay whole)."""
+    listed (the counts stay whole). ``memo``: a dict kept across the calls for one queue (the
+    same frames), where what jobs of one shape or queue share is worked out once."""
+    memo = {} if memo is None else memo
     tenant, pool, model = job["tenant"], job["pool"], job["gpu_model"]
     request = float(job["gpus_requested"])
     quota = _quota(quotas, tenant, pool, model)
@@ -319,7 +322,7 @@ def waiting_reasons(
         r
         for r in (
             _quota_reason(tenant, pool, model, quota, held, request),
-            capacity_reason(job, free),
+            _capacity(job, free, memo),
         )
         if r is not None
     ]
@@ -327,7 +330,7 @@ def waiting_reasons(
         reclaim = _reclaim_reason(tenant, pool, quota, held, request, quotas, allocs, viewer)
         if reclaim is not None:
             reasons.append(reclaim)
-    ahead = _priority_reason(job_id, job, waiting, viewer)
+    ahead = _priority_reason(job_id, job, _same_line(job, waiting, memo), viewer)
     if ahead is not None:
         reasons.append(ahead)
     if [r.code for r in reasons] == ["capacity_available"]:
@@ -341,6 +344,30 @@ def waiting_reasons(
             )
         )
     return reasons
+
+
+def _capacity(job: Mapping[str, Any], free: pl.DataFrame, memo: dict[Any, Any]) -> Reason:
+    """:func:`capacity_reason`, once per shape (model, pool, GPUs, share): it reads no more."""
+    key = ("capacity", job["gpu_model"], job["pool"], *_shape(job))
+    if key not in memo:
+        memo[key] = capacity_reason(job, free)
+    reason: Reason = memo[key]
+    return reason
+
+
+def _same_line(job: Mapping[str, Any], waiting: pl.DataFrame, memo: dict[Any, Any]) -> pl.DataFrame:
+    """The waiting attempts a job queues with: its queue's, or without a queue its pool and
+    model's (:func:`_priority_reason` reads no others)."""
+    if job["queue"]:
+        key: tuple[Any, ...] = ("queue", job["queue"])
+        line = pl.col("queue") == job["queue"]
+    else:
+        key = ("pool", job["pool"], job["gpu_model"])
+        line = (pl.col("pool") == job["pool"]) & (pl.col("gpu_model") == job["gpu_model"])
+    if key not in memo:
+        memo[key] = waiting.filter(line)
+    same: pl.DataFrame = memo[key]
+    return same
 
 
 def _quota_reason(

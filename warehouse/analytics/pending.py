@@ -81,9 +81,10 @@ def waiting_jobs(
     quotas = queries.run(wh, "why_quotas_at", cluster=cluster, at=at)
     free = free_state(wh, cluster, at)
     out = []
+    memo: dict[Any, Any] = {}
     for job in shown.sort("queued_ts", "job_id", nulls_last=True).iter_rows(named=True):
         reasons = explain.waiting_reasons(
-            job["job_id"], job, quotas, allocs, free, waiting, viewer=tenant
+            job["job_id"], job, quotas, allocs, free, waiting, viewer=tenant, memo=memo
         )
         queued = job["queued_ts"]
         out.append(

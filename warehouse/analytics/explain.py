@@ -526,35 +526,33 @@ def _told_to(viewer: str, borrowers: Mapping[str, float]) -> dict[str, float]:
 def _priority_reason(
     job_id: str, job: Mapping[str, Any], waiting: pl.DataFrame, viewer: str | None = None
 ) -> Reason | None:
-    others = waiting.filter(pl.col("job_id") != job_id)
+    line = pl.col("job_id") != job_id
     if job["queue"]:
-        others = others.filter(pl.col("queue") == job["queue"])
+        line &= pl.col("queue") == job["queue"]
         where = f"queue {job['queue']}"
     else:
-        others = others.filter(
-            (pl.col("pool") == job["pool"]) & (pl.col("gpu_model") == job["gpu_model"])
-        )
+        line &= (pl.col("pool") == job["pool"]) & (pl.col("gpu_model") == job["gpu_model"])
         where = f"pool {job['pool']}"
-    higher = others.filter(pl.col("priority") > job["priority"])
+    higher = pl.col("priority") > job["priority"]
     earlier = (
-        others.filter(
-            (pl.col("priority") == job["priority"]) & (pl.col("queued_ts") < job["queued_ts"])
-        )
+        (pl.col("priority") == job["priority"]) & (pl.col("queued_ts") < job["queued_ts"])
         if job["queued_ts"] is not None
-        else others.clear()
+        else pl.lit(False)
     )
-    ahead = pl.concat([higher, earlier])
+    ahead = waiting.filter(line & (higher | earlier))
     if not ahead.height:
         return None
+    n_higher = int((ahead["priority"] > job["priority"]).sum())
+    n_earlier = ahead.height - n_higher
     return Reason(
         "priority",
-        f"{_jobs(ahead.height)} ahead of it in {where}: {higher.height} of higher "
-        f"priority, {earlier.height} of the same priority ({job['priority']}) that "
+        f"{_jobs(ahead.height)} ahead of it in {where}: {n_higher} of higher "
+        f"priority, {n_earlier} of the same priority ({job['priority']}) that "
         f"waited longer; together they ask for {ahead['gpus_requested'].sum():g} GPUs",
         {
             "ahead": ahead.height,
-            "higher_priority": higher.height,
-            "same_priority_earlier": earlier.height,
+            "higher_priority": n_higher,
+            "same_priority_earlier": n_earlier,
             "ahead_gpus": float(ahead["gpus_requested"].sum()),
             "jobs": sorted(
                 (ahead if viewer is None else ahead.filter(in_tenant(viewer)))["job_id"].to_list()

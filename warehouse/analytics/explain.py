@@ -834,9 +834,10 @@ def tenant_positions(
     pool-wide quota row covers every model it holds there); [] when neither."""
     own = quotas.filter(pl.col("tenant") == tenant)
     keys = {(r["pool"], r["gpu_model"]) for r in own.iter_rows(named=True)}
-    for r in allocs.filter(pl.col("tenant") == tenant).iter_rows(named=True):
-        if _quota(quotas, tenant, r["pool"], r["gpu_model"]) is None:
-            keys.add((r["pool"], r["gpu_model"]))
+    held = allocs.filter(pl.col("tenant") == tenant).select("pool", "gpu_model").unique()
+    for pool, model in held.iter_rows():  # each (pool, model) once, not each allocation
+        if _quota(quotas, tenant, pool, model) is None:
+            keys.add((pool, model))
     if not keys:
         return []
     queued = waiting()  # read only when there is a position to find lenders for

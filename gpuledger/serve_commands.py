@@ -457,12 +457,15 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     except (NvmlError, KubernetesError, SlurmError) as exc:
         wh.close()
         raise SettingsError(f"server.collectors: {exc}") from exc
+    # the sealer and the periodic jobs query through clients of their own: a pass takes
+    # seconds at scale, and ingest (on wh's own client) must not wait for it
+    background = wh.per_thread()
     if settings.ledger.seal_interval_s:
         from warehouse.ledger import start_sealer
 
         threads.append(
             start_sealer(
-                wh,
+                background,
                 stop,
                 interval_s=settings.ledger.seal_interval_s,
                 idle=idle_rule(settings),
@@ -470,7 +473,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                 warehouse_cluster=settings.warehouse.cluster,
             )
         )
-    scheduler = _periodic_jobs(wh, settings)
+    scheduler = _periodic_jobs(background, settings)
     try:
         status = _serve(wh, settings, insecure=args.insecure)
     finally:
@@ -479,6 +482,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             scheduler.shutdown(wait=True)
         for thread in threads:
             thread.join(timeout=30)
+        background.close()
         wh.close()
     _exit_if_threads_linger(status)
     return status

@@ -167,7 +167,7 @@ def seal_days(
         if holds(sealed.get(d), current[d]):
             still += d in sealed
             continue
-        rows += _seal_one(wh, live, d, current[d], idle, now)
+        rows += _seal_one(wh, live, d, current[d], idle)
         done.append(day_start(d).date())
         if d in sealed:
             _drop_rows(wh, d, sealed[d][0], warehouse_cluster)
@@ -236,7 +236,6 @@ def _seal_one(
     d: int,
     fp: tuple[int, int],
     idle: IdleRule,
-    now: dt.datetime,
 ) -> int:
     """Compute day ``d``'s rows, write them, then the seal that makes readers use them."""
     seal_id = secrets.randbits(64)
@@ -256,7 +255,9 @@ def _seal_one(
         seal_id,
         *fp,
         usage.height,
-        now,
+        # the version that makes this seal the latest: when it was written, so that a day
+        # sealed again with the same ``now`` (a test's, a replay's) still has one latest seal
+        dt.datetime.now(dt.UTC),
     )
     wh.insert_rows("ledger_seals", [row], list(_SEAL_COLUMNS), list(_SEAL_COLUMNS.values()))
     return usage.height

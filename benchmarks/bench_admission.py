@@ -98,8 +98,9 @@ def drive(url: str, ca: str, namespaces: list[str], rate: float, seconds: float,
     if rate:  # open loop: each request leaves on time, whatever the earlier ones took
         with concurrent.futures.ThreadPoolExecutor(threads) as pool:
             # one second at the rate before the clock starts: the first TLS handshakes are
-            # not counted, and connections are opened as the load needs them and then kept
-            # alive, as the API server's client does (a few, reused, not one per thread)
+            # not counted, and connections (one per client thread the load puts to work: the
+            # pool starts threads as needed) are opened and then kept alive, as the API
+            # server's client keeps a few
             for warming in (True, False):
                 start = time.perf_counter()
                 futures = []

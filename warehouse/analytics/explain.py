@@ -330,7 +330,7 @@ def waiting_reasons(
         reclaim = _reclaim_reason(tenant, pool, quota, held, request, quotas, allocs, viewer)
         if reclaim is not None:
             reasons.append(reclaim)
-    ahead = _priority_reason(job_id, job, _same_line(job, waiting, memo), viewer)
+    ahead = _priority_reason(job_id, job, waiting, memo, viewer)
     if ahead is not None:
         reasons.append(ahead)
     if [r.code for r in reasons] == ["capacity_available"]:
@@ -353,21 +353,6 @@ def _capacity(job: Mapping[str, Any], free: pl.DataFrame, memo: dict[Any, Any]) 
         memo[key] = capacity_reason(job, free)
     reason: Reason = memo[key]
     return reason
-
-
-def _same_line(job: Mapping[str, Any], waiting: pl.DataFrame, memo: dict[Any, Any]) -> pl.DataFrame:
-    """The waiting attempts a job queues with: its queue's, or without a queue its pool and
-    model's (:func:`_priority_reason` reads no others)."""
-    if job["queue"]:
-        key: tuple[Any, ...] = ("queue", job["queue"])
-        line = pl.col("queue") == job["queue"]
-    else:
-        key = ("pool", job["pool"], job["gpu_model"])
-        line = (pl.col("pool") == job["pool"]) & (pl.col("gpu_model") == job["gpu_model"])
-    if key not in memo:
-        memo[key] = waiting.filter(line)
-    same: pl.DataFrame = memo[key]
-    return same
 
 
 def _quota_reason(
@@ -524,22 +509,32 @@ def _told_to(viewer: str, borrowers: Mapping[str, float]) -> dict[str, float]:
 
 
 def _priority_reason(
-    job_id: str, job: Mapping[str, Any], waiting: pl.DataFrame, viewer: str | None = None
+    job_id: str,
+    job: Mapping[str, Any],
+    waiting: pl.DataFrame,
+    memo: dict[Any, Any],
+    viewer: str | None = None,
 ) -> Reason | None:
-    line = pl.col("job_id") != job_id
+    """The attempts ahead of the job in its line: its queue, or without a queue its pool and
+    model (each line's attempts picked out of ``waiting`` once per ``memo``)."""
     if job["queue"]:
-        line &= pl.col("queue") == job["queue"]
+        key: tuple[Any, ...] = ("queue", job["queue"])
+        line = pl.col("queue") == job["queue"]
         where = f"queue {job['queue']}"
     else:
-        line &= (pl.col("pool") == job["pool"]) & (pl.col("gpu_model") == job["gpu_model"])
+        key = ("pool", job["pool"], job["gpu_model"])
+        line = (pl.col("pool") == job["pool"]) & (pl.col("gpu_model") == job["gpu_model"])
         where = f"pool {job['pool']}"
+    if key not in memo:
+        memo[key] = waiting.filter(line)
+    same: pl.DataFrame = memo[key]
     higher = pl.col("priority") > job["priority"]
     earlier = (
         (pl.col("priority") == job["priority"]) & (pl.col("queued_ts") < job["queued_ts"])
         if job["queued_ts"] is not None
         else pl.lit(False)
     )
-    ahead = waiting.filter(line & (higher | earlier))
+    ahead = same.filter((pl.col("job_id") != job_id) & (higher | earlier))
     if not ahead.height:
         return None
     n_higher = int((ahead["priority"] > job["priority"]).sum())

@@ -50,6 +50,30 @@ def _scheme(url: str, label: str) -> str:
         raise SettingsError(f"{label} {url!r} is not a URL ({exc}): check its spelling") from None
 
 
+#: The longest file name and path most file systems take (NAME_MAX, PATH_MAX less room for
+#: the files gpuledger keeps under a folder).
+_NAME_MAX, _PATH_MAX = 255, 3800
+
+
+def _usable_path(path: str, label: str) -> None:
+    """Refuse a path no file system takes (a name too long, a NUL), which would otherwise
+    surface as an OSError from whichever file is opened under it first."""
+    if "\0" in path:
+        raise SettingsError(f"{label} {path!r} holds a NUL character: give a path without it")
+    encoded = os.fsencode(os.path.expanduser(path))
+    for name in encoded.split(b"/"):
+        if len(name) > _NAME_MAX:
+            shown = os.fsdecode(name[:24])
+            raise SettingsError(
+                f"{label} has a name of {len(name)} bytes ({shown}…): file systems take names "
+                f"of at most {_NAME_MAX}; give a shorter path"
+            )
+    if len(encoded) > _PATH_MAX:
+        raise SettingsError(
+            f"{label} is {len(encoded)} bytes long: give a path of at most {_PATH_MAX}"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class WarehouseSettings:
     #: ``chdb:///abs/path`` (embedded, the default, derived from ``data_dir``) or
@@ -77,6 +101,7 @@ class WarehouseSettings:
                     "chdb:///absolute/path for the embedded engine or "
                     "http(s)://user:pass@host:8123/database for a server"
                 )
+        _usable_path(self.data_dir, "warehouse.data_dir")
         if not self.database.isidentifier():
             raise SettingsError(
                 f"warehouse.database {self.database!r} is not a plain identifier: "

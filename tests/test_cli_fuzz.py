@@ -668,7 +668,7 @@ CRASHED = [
     (["--config", "{files}/dir", "db", "status"], 2, "cannot be read: Is a directory"),
     (["--config", "{files}/latin1.toml", "db", "status"], 2, "is not UTF-8 text (byte 0xff"),
     (["--dsn", "http://[::1", "db", "status"], 2, "'http://[::1' is not a URL (Invalid IPv6"),
-    (["quarantine", "list", "--data-dir", "{root}/" + "x" * 300], 2, "File name too long"),
+    (["quarantine", "list", "--data-dir", "{root}/" + "x" * 300], 2, "has a name of 300 bytes"),
     (["ledger", "--from", "2026-01-01", "--to", "9999-12-31"], 2, "--to 9999-12-31 is outside"),
     (["ledger", "--from", "0001-01-01", "--to", "2026-01-01"], 2, "--from 0001-01-01 is out"),
     (["ledger", "--from", "{tomorrow}", "--to", "{tomorrow}", "--idle-policy", "none"], 0, None),

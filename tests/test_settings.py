@@ -84,6 +84,20 @@ def test_retention_order_is_checked() -> None:
         load_settings(env={"GPULEDGER_WAREHOUSE__RAW_RETENTION_DAYS": "400"})
 
 
+@pytest.mark.parametrize(
+    ("data_dir", "needle"),
+    [
+        ("/tmp/" + "x" * 300, "a name of 300 bytes"),
+        ("/tmp/" + "/".join(["y" * 200] * 20), "4024 bytes long"),
+        ("/tmp/a\0b", "NUL"),
+    ],
+)
+def test_a_data_dir_no_file_system_takes_is_refused(data_dir: str, needle: str) -> None:
+    with pytest.raises(SettingsError, match=needle) as err:
+        load_settings(env={}, overrides={"warehouse": {"data_dir": data_dir}})
+    assert "warehouse.data_dir" in str(err.value)
+
+
 @pytest.mark.parametrize("gpus", [0, 7, 60])
 def test_simulated_gpus_fill_whole_nodes(gpus: int) -> None:
     """`gpuledger demo --gpus 7` is a setting refused in one line, not the simulator's

@@ -362,6 +362,7 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
         "sealed": [d.isoformat() for d in report.sealed],
         "still_sealed": report.still_sealed,
         "usage_rows": report.usage_rows,
+        "hours_sealed_until": report.hours_until.isoformat() if report.hours_until else None,
         "stranded_hours": {
             "sealed": [{"cluster": c, "day": d.isoformat()} for c, d in hours.sealed],
             "still_sealed": hours.still_sealed,
@@ -379,6 +380,11 @@ def cmd_seal(settings: Settings, args: argparse.Namespace) -> int:
         print(
             f"sealed {days} with {report.usage_rows} usage rows; {report.still_sealed} "
             f"day(s) from {report.first_day} to {last} were sealed already"
+        )
+    if args.format != "json" and report.hours_until is not None:
+        print(
+            f"sealed the finished hours of {report.hours_until:%Y-%m-%d} up to "
+            f"{report.hours_until:%H:%M} UTC"
         )
     if args.format != "json" and (hours.sealed or hours.still_sealed):
         print(

@@ -195,7 +195,7 @@ def test_sealing_a_day_again_deletes_the_rows_of_the_seal_it_replaces(ingest: In
     assert _seal(wh).sealed == (D1.date(),)
     after = _kept_rows(wh)
     latest = seal.seals(wh, seal.day_number(D1), seal.day_number(D2), idle_rule())
-    ((new_id, _, _, rows),) = latest.values()
+    ((new_id, _, _, rows, _),) = latest.values()
     assert after[D1.date()] == {new_id: rows} and new_id not in before[D1.date()]
     assert after[D0.date()] == before[D0.date()] and after[D2.date()] == before[D2.date()]
     # another setting's seals of the same day are not this one's to delete

@@ -60,8 +60,13 @@ _SEAL_COLUMNS = {
     "samples_fp": "UInt64",
     "allocs_fp": "UInt64",
     "usage_rows": "UInt64",
+    "cut": "Nullable(DateTime64(3, 'UTC'))",
     "sealed_at": "DateTime64(3, 'UTC')",
 }
+
+#: How long after an hour its minutes are sealed into today's span: samples reach the
+#: rollup a little late, and a late one would only put the span back on the live path.
+SEAL_LAG = dt.timedelta(minutes=10)
 
 #: A live usage query for [start, end): ``(start, end) -> frame``.
 LiveUsage = Callable[[dt.datetime, dt.datetime], pl.DataFrame]
@@ -70,13 +75,15 @@ LiveUsage = Callable[[dt.datetime, dt.datetime], pl.DataFrame]
 @dataclasses.dataclass(frozen=True)
 class SealReport:
     """What :func:`seal_days` did: the days it looked at ([first_day, end_day)), the ones it
-    sealed now, how many it found still sealed, and the usage rows it wrote."""
+    sealed now, how many it found still sealed, the usage rows it wrote, and where today's
+    finished hours were sealed up to now (None when that seal was not written this time)."""
 
     first_day: dt.date | None
     end_day: dt.date | None
     sealed: tuple[dt.date, ...]
     still_sealed: int
     usage_rows: int
+    hours_until: dt.datetime | None = None
 
 
 def day_number(t: dt.datetime) -> int:
@@ -88,14 +95,19 @@ def day_start(d: int) -> dt.datetime:
     return _EPOCH + d * _DAY
 
 
-def fingerprints(wh: Warehouse, d0: int, d1: int, idle: IdleRule) -> dict[int, tuple[int, int]]:
-    """(samples_fp, allocs_fp) per day number in [d0, d1) that has samples or allocations."""
+def fingerprints(
+    wh: Warehouse, d0: int, d1: int, idle: IdleRule, *, cut: dt.datetime | None = None
+) -> dict[int, tuple[int, int]]:
+    """(samples_fp, allocs_fp) per day number in [d0, d1) that has samples or allocations;
+    with ``cut``, the day holding it (the last) is fingerprinted as the span [day, cut)."""
+    ms = dt.timedelta(milliseconds=1)
     frame = queries.run(
         wh,
         "ledger_day_fingerprints",
         d0=d0,
         d1=d1,
-        margin_ms=int(usage_margin(idle) / dt.timedelta(milliseconds=1)),
+        until_ms=(cut - _EPOCH) // ms if cut is not None else d1 * (_DAY // ms),
+        margin_ms=usage_margin(idle) // ms,
     )
     return {
         int(d): (int(s), int(a))
@@ -103,8 +115,13 @@ def fingerprints(wh: Warehouse, d0: int, d1: int, idle: IdleRule) -> dict[int, t
     }
 
 
-def seals(wh: Warehouse, d0: int, d1: int, idle: IdleRule) -> dict[int, tuple[int, int, int, int]]:
-    """The latest seal per day number in [d0, d1): (seal_id, samples_fp, allocs_fp, rows)."""
+#: A day's latest seal: (seal_id, samples_fp, allocs_fp, usage rows, cut), cut None for a
+#: whole day, else the end of the sealed span [day, cut).
+Seal = tuple[int, int, int, int, dt.datetime | None]
+
+
+def seals(wh: Warehouse, d0: int, d1: int, idle: IdleRule) -> dict[int, Seal]:
+    """The latest seal per day number in [d0, d1)."""
     frame = queries.run(
         wh,
         "ledger_seals_of",
@@ -114,26 +131,33 @@ def seals(wh: Warehouse, d0: int, d1: int, idle: IdleRule) -> dict[int, tuple[in
         min_idle_s=int(idle.min_duration_s),
     )
     return {
-        day_number(_midnight(day)): (int(i), int(s), int(a), int(n))
-        for day, i, s, a, n in frame.select(
-            "day", "seal_id", "samples_fp", "allocs_fp", "usage_rows"
+        day_number(_midnight(day)): (int(i), int(s), int(a), int(n), _aware(cut))
+        for day, i, s, a, n, cut in frame.select(
+            "day", "seal_id", "samples_fp", "allocs_fp", "usage_rows", "cut"
         ).iter_rows()
     }
 
 
-def holds(seal: tuple[int, int, int, int] | None, now: tuple[int, int] | None) -> bool:
-    """Whether a day's seal still gives its usage rows, given its fingerprints now.
+def _aware(t: dt.datetime | None) -> dt.datetime | None:
+    return t if t is None or t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
+
+def holds(
+    seal: Seal | None, now: tuple[int, int] | None, *, cut: dt.datetime | None = None
+) -> bool:
+    """Whether a day's seal still gives its usage rows for the span [day, cut) (the whole day
+    when ``cut`` is None), given its fingerprints now.
 
     No seal and no allocation overlapping the day: it has no usage rows, nothing to compute
-    (samples alone make no rows). A seal holds while the allocations are the same and no
-    sample was added (fewer samples means retention dropped some after sealing: the sealed
-    rows are what they were computed from).
+    (samples alone make no rows). A seal holds while it covers that span, the allocations are
+    the same and no sample was added (fewer samples means retention dropped some after
+    sealing: the sealed rows are what they were computed from).
     """
     samples_now, allocs_now = now or (0, 0)
     if seal is None:
-        return allocs_now == 0
-    _, samples_then, allocs_then, _ = seal
-    return allocs_now == allocs_then and samples_now <= samples_then
+        return allocs_now == 0 and cut is None
+    _, samples_then, allocs_then, _, sealed_cut = seal
+    return sealed_cut == cut and allocs_now == allocs_then and samples_now <= samples_then
 
 
 def seal_days(
@@ -145,7 +169,9 @@ def seal_days(
     until: dt.date | None = None,
     warehouse_cluster: str = "",
 ) -> SealReport:
-    """Seal every finished day in [since, until) whose seal is missing or no longer holds.
+    """Seal every finished day in [since, until) whose seal is missing or no longer holds,
+    then the finished hours of the day under way (:func:`seal_hours_of_today`) when it is
+    before ``until``.
 
     A day is finished when its margin has passed (its query reads minutes up to
     ``idle.min_duration_s + 60`` s after midnight, counted from ``now``); ``since`` defaults to the
@@ -157,21 +183,55 @@ def seal_days(
     last = day_number(now - usage_margin(idle))
     d1 = min(last, day_number(_midnight(until))) if until else last
     d0 = day_number(_midnight(since)) if since else _first_day(wh)
-    if d0 is None or d1 <= d0:
+    if d0 is None:
         return SealReport(None, None, (), 0, 0)
-    current = fingerprints(wh, d0, d1, idle)
-    sealed = seals(wh, d0, d1, idle)
     done: list[dt.date] = []
     rows = still = 0
-    for d in sorted(current):
-        if holds(sealed.get(d), current[d]):
-            still += d in sealed
-            continue
-        rows += _seal_one(wh, live, d, current[d], idle)
-        done.append(day_start(d).date())
-        if d in sealed:
-            _drop_rows(wh, d, sealed[d][0], warehouse_cluster)
-    return SealReport(day_start(d0).date(), day_start(d1).date(), tuple(done), still, rows)
+    if d0 < d1:
+        current = fingerprints(wh, d0, d1, idle)
+        sealed = seals(wh, d0, d1, idle)
+        for d in sorted(current):
+            if holds(sealed.get(d), current[d]):
+                still += d in sealed
+                continue
+            rows += _seal_one(wh, live, d, current[d], idle)
+            done.append(day_start(d).date())
+            if d in sealed:
+                _drop_rows(wh, d, sealed[d][0], warehouse_cluster)
+    cut = hours_cut(now, idle)
+    hours_until = None
+    if day_number(cut) >= max(d0, d1) and (until is None or cut <= _midnight(until)):
+        written = _seal_hours(wh, live, cut, idle, warehouse_cluster)
+        rows += written or 0
+        hours_until = cut if written is not None else None
+    span = (day_start(d0).date(), day_start(d1).date()) if d0 < d1 else (None, None)
+    return SealReport(*span, tuple(done), still, rows, hours_until)
+
+
+def hours_cut(now: dt.datetime, idle: IdleRule) -> dt.datetime:
+    """Where the seal of the day under way ends at ``now``: the last hour whose usage rows
+    read only minutes of hours that are over (their margin included), :data:`SEAL_LAG` ago."""
+    t = now - usage_margin(idle) - SEAL_LAG - dt.timedelta(hours=1)
+    return t.replace(minute=0, second=0, microsecond=0)
+
+
+def _seal_hours(
+    wh: Warehouse, live: LiveUsage, cut: dt.datetime, idle: IdleRule, warehouse_cluster: str
+) -> int | None:
+    """Seal the span [midnight, cut) of the day holding ``cut`` unless its seal already covers
+    it and holds; the usage rows written, or None when it held (or the span is empty)."""
+    d = day_number(cut)
+    if cut <= day_start(d):
+        return None
+    old = seals(wh, d, d + 1, idle).get(d)
+    current = fingerprints(wh, d, d + 1, idle, cut=cut).get(d, (0, 0))
+    # no allocation yet: nothing to keep (and the live query of such a day is cheap)
+    if holds(old, current, cut=cut) or (old is None and current[1] == 0):
+        return None
+    written = _seal_one(wh, live, d, current, idle, cut=cut)
+    if old is not None:
+        _drop_rows(wh, d, old[0], warehouse_cluster)
+    return written
 
 
 def start_sealer(
@@ -236,11 +296,14 @@ def _seal_one(
     d: int,
     fp: tuple[int, int],
     idle: IdleRule,
+    *,
+    cut: dt.datetime | None = None,
 ) -> int:
-    """Compute day ``d``'s rows, write them, then the seal that makes readers use them."""
+    """Compute the rows of day ``d`` (of [day, cut) with ``cut``), write them, then the seal
+    that makes readers use them."""
     seal_id = secrets.randbits(64)
     start = day_start(d)
-    usage = live(start, start + _DAY)
+    usage = live(start, cut or start + _DAY)
     if usage.height:
         wh.insert_arrow(
             "ledger_days",
@@ -255,6 +318,7 @@ def _seal_one(
         seal_id,
         *fp,
         usage.height,
+        cut,
         # the version that makes this seal the latest: when it was written, so that a day
         # sealed again with the same ``now`` (a test's, a replay's) still has one latest seal
         dt.datetime.now(dt.UTC),
@@ -293,26 +357,37 @@ def usage_with_seals(
     cluster: str,
     idle: IdleRule,
 ) -> pl.DataFrame:
-    """The usage rows of [start, end): sealed days that hold read from ``ledger_days``, the
-    rest from ``live``. The sealed days used are one run of whole days (the longest that
-    holds), so at most two live queries remain, before and after it."""
+    """The usage rows of [start, end): sealed spans that hold read from ``ledger_days``, the
+    rest from ``live``. The sealed spans used are one run of whole days (the longest that
+    holds), ended by the sealed hours of the day under way where they follow it, so at most two
+    live queries remain, before and after it."""
     d0 = day_number(start - dt.timedelta(milliseconds=1)) + 1  # first midnight >= start
     # the last midnight at or before the end, or before now: days to come are not sealed yet
     d1 = day_number(min(end, now))
-    if d1 <= d0:
+    if d1 < d0:
         return live(start, end)
-    sealed = seals(wh, d0, d1, idle)
+    sealed = seals(wh, d0, d1 + 1, idle)
     if not sealed:  # nothing sealed yet (or for these settings): no need to look further
         return live(start, end)
-    current = fingerprints(wh, d0, d1, idle)
+    # day d1 (the end's) can add its sealed hours [d1, cut) when they end inside the window
+    cut = sealed[d1][4] if d1 in sealed else None
+    if cut is not None and not cut < min(end, now):
+        cut = None
+    current = fingerprints(wh, d0, d1 + (cut is not None), idle, cut=cut)
     good = [holds(sealed.get(d), current.get(d)) for d in range(d0, d1)]
+    if cut is not None:
+        good.append(holds(sealed.get(d1), current.get(d1), cut=cut))
     r0, r1 = _longest_run(good)
-    lives = (start < day_start(d0 + r0)) + (day_start(d0 + r1) < end)
+    if r1 == r0:
+        return live(start, end)
+    first = day_start(d0 + r0)
+    last = cut if cut is not None and d0 + r1 == d1 + 1 else day_start(d0 + r1)
+    lives = (start < first) + (last < end)
     rows = sum(sealed[d][3] for d in range(d0 + r0, d0 + r1) if d in sealed)
-    if r1 == r0 or (lives == 2 and rows < _LIVE_QUERY_ROWS):
+    if lives == 2 and rows < _LIVE_QUERY_ROWS:
         return live(start, end)
     ids = [sealed[d][0] for d in range(d0 + r0, d0 + r1) if d in sealed]
-    window = {"day0": day_start(d0 + r0).date(), "day1": day_start(d0 + r1).date(), "seals": ids}
+    window = {"day0": first.date(), "day1": day_start(d0 + r1).date(), "seals": ids}
     kept = queries.run(wh, "ledger_sealed_usage", cluster=cluster, **window)
     # counted after reading (a deletion is for good): a seal replaced since it was picked has
     # lost its rows, and those days are computed live
@@ -320,12 +395,31 @@ def usage_with_seals(
     if found != rows:
         log.info("days were sealed again while being read (%d of %d sealed rows)", found, rows)
         return live(start, end)
-    parts = [kept]
-    if start < day_start(d0 + r0):
-        parts.insert(0, live(start, day_start(d0 + r0)))
-    if day_start(d0 + r1) < end:
-        parts.append(live(day_start(d0 + r1), end))
+    head = live(start, first) if start < first else None
+    tail = live(last, end) if last < end else None
+    if last != day_start(d0 + r1) and tail is not None:
+        kept = _ended_since(kept, tail, last)
+    parts = [p for p in (head, kept, tail) if p is not None]
     return pl.concat(parts, how="vertical_relaxed")
+
+
+def _ended_since(kept: pl.DataFrame, tail: pl.DataFrame, cut: dt.datetime) -> pl.DataFrame:
+    """``kept`` with the end_event of every interval still open at ``cut`` (its sealed row ends
+    there) taken from its row after the cut: the seal of hours leaves end_event out of its
+    fingerprint (see sql/ledger_day_fingerprints.sql), so it is as it was when sealed."""
+    keys = ["cluster", "gpu_uuid", "mig_instance", "job_id", "attempt"]
+    now = tail.select(*keys, pl.col("end_event").alias("end_event_now")).unique(keys)
+    at_cut = pl.col("e") == pl.lit(cut).cast(kept.schema["e"])
+    return (
+        kept.join(now, on=keys, how="left", nulls_equal=True)
+        .with_columns(
+            pl.when(at_cut & pl.col("end_event_now").is_not_null())
+            .then(pl.col("end_event_now"))
+            .otherwise(pl.col("end_event"))
+            .alias("end_event")
+        )
+        .select(kept.columns)
+    )
 
 
 def _longest_run(flags: list[bool]) -> tuple[int, int]:

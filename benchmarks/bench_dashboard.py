@@ -103,7 +103,7 @@ def build(data: Path, sc: Scale) -> dict[str, Any]:
             print(
                 f"dashboard bench: sealed {len(again['sealed'])} day(s) and the stranded hours "
                 f"of {len(again['stranded_hours']['sealed'])} day(s) in "
-                f"{time.perf_counter() - started:.0f} s"
+                f"{time.perf_counter() - started:.0f} s; {_hours(again)}"
             )
             return dict(made)
         raise RuntimeError(f"{data} holds a bench warehouse of another scale: {made}")
@@ -134,10 +134,17 @@ def build(data: Path, sc: Scale) -> dict[str, Any]:
     marker.write_text(json.dumps(made, indent=2))
     print(
         f"dashboard bench: built in {demo_s:.0f} s, sealed {len(sealed['sealed'])} days in "
-        f"{seal_s:.0f} s",
+        f"{seal_s:.0f} s; {_hours(sealed)}",
         flush=True,
     )
     return made
+
+
+def _hours(sealed: dict[str, Any]) -> str:
+    """Where today's sealed hours end, from `gpuledger seal --format json`: the live part of
+    every computed answer starts there."""
+    until = sealed.get("hours_sealed_until")
+    return f"today sealed up to {until}" if until else "today's sealed hours unchanged"
 
 
 def serve(data: Path, port: int, cache_s: float) -> subprocess.Popen[bytes]:

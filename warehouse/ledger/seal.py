@@ -11,6 +11,10 @@ days not sealed yet, and days whose data changed after sealing (a late sample or
 That is exact because the usage figures never depend on how the window is split (see
 ``sql/ledger_usage.sql``): the rows of [a, c) and [c, b) add up to those of [a, b).
 
+The day under way is sealed too, as the span [midnight, cut) (:func:`hours_cut`: the last
+hour whose minutes, idle margin included, are all in), and sealed again as hours close, until
+the whole day replaces it; a window ending now then computes only the hours after the cut live.
+
 Seals are per idle threshold and minimum idle duration: a ledger asked for other settings
 computes live. A day whose samples retention has dropped keeps its sealed rows (its sample
 count then only falls, which does not break the seal), so a month closed once keeps its figures
@@ -170,7 +174,7 @@ def seal_days(
     warehouse_cluster: str = "",
 ) -> SealReport:
     """Seal every finished day in [since, until) whose seal is missing or no longer holds,
-    then the finished hours of the day under way (:func:`seal_hours_of_today`) when it is
+    then the finished hours of the day under way, up to :func:`hours_cut`, when that day is
     before ``until``.
 
     A day is finished when its margin has passed (its query reads minutes up to
@@ -204,8 +208,8 @@ def seal_days(
         written = _seal_hours(wh, live, cut, idle, warehouse_cluster)
         rows += written or 0
         hours_until = cut if written is not None else None
-    span = (day_start(d0).date(), day_start(d1).date()) if d0 < d1 else (None, None)
-    return SealReport(*span, tuple(done), still, rows, hours_until)
+    first, end = (day_start(d0).date(), day_start(d1).date()) if d0 < d1 else (None, None)
+    return SealReport(first, end, tuple(done), still, rows, hours_until)
 
 
 def hours_cut(now: dt.datetime, idle: IdleRule) -> dt.datetime:

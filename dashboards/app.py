@@ -39,13 +39,15 @@ def create_app(
     now: Callable[[], dt.datetime] | None = None,
     answers: AnswerCache | None = None,
     decide: Decide | None = None,
+    as_of: Callable[[], dt.datetime] | None = None,
 ) -> Dash:
     """Build the app over ``wh``, judging idle time by ``idle`` and showing money in
     ``currency``. ``viewer`` says who asks in the request being answered (the shell's login;
     without one, everyone sees everything: tests and ``serve --insecure``); ``answers`` keeps
     the pages' answers a while (:mod:`dashboards.cache`; the API's never); ``decide``
     approves and rejects advice for an admin or a manager (without it, the alerts page offers
-    no buttons). Serve it with a threaded server (never a forking one). The JSON API is
+    no buttons); ``as_of`` is the instant the ledger's figures are as of (the server's kept live
+    tail; default ``now``). Serve it with a threaded server (never a forking one). The JSON API is
     registered on its Flask server."""
     ctx = context.Context(
         wh, idle or IdleRule(), currency, idle_policy, answers=answers, decide=decide
@@ -54,6 +56,7 @@ def create_app(
         ctx.viewer = viewer
     if now is not None:
         ctx.now = now
+    ctx.as_of = as_of
     context.set_context(ctx)
     app = Dash(
         __name__,

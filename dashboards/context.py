@@ -84,6 +84,14 @@ class Context:
     answers: AnswerCache | None = None
     #: How advice is approved or rejected; None: not from this app (no buttons).
     decide: Decide | None = None
+    #: The instant the ledger's figures are as of (the server's kept live tail,
+    #: :mod:`warehouse.ledger.tail`); None: the clock. Alerts, advice and telemetry read the
+    #: clock, so that a step just taken shows at once.
+    as_of: Callable[[], dt.datetime] | None = None
+
+    def ledger_now(self) -> dt.datetime:
+        """The instant the answers read from the ledger (usage, idle, cost) take as now."""
+        return self.as_of() if self.as_of is not None else self.now()
 
 
 _current: Context | None = None

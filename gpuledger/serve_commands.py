@@ -160,6 +160,7 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     from gpuledger.tokens import TokenBook, TokenStore
     from gpuledger.users import UserBook, UserStore
     from warehouse.ingest.coalesce import Coalescer
+    from warehouse.ledger.tail import LiveTail
 
     s = settings.server
     tokens = None if insecure else TokenBook(TokenStore(settings.tokens_file))
@@ -205,9 +206,12 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     # the pages' and the API's queries each through their thread's own client, so that a
     # slow answer (or the answer cache's refresh) never holds up another request's
     pages_wh = wh.per_thread()
+    idle = idle_rule(settings)
+    tail = LiveTail(pages_wh, idle, every_s=s.live_tail_s, clock=utc_now) if s.live_tail_s else None
     app = create_app(
         pages_wh,
-        idle=idle_rule(settings),
+        idle=idle,
+        as_of=None if tail is None else tail.now,
         currency=settings.ledger.currency,
         idle_policy=settings.ledger.idle_policy,
         viewer=None if users is None else _viewer,
@@ -258,6 +262,8 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
         )
     forwarding = _start_forwarding(wh, settings)
     refreshing = threading.Event()
+    if tail is not None:
+        tail.start(refreshing)
     if answers is not None:
         keep_refreshed(answers, refreshing)
     url = f"{'https' if tls else 'http'}://{s.host}:{s.port}"

@@ -251,6 +251,9 @@ class ServerSettings:
     #: this old), and those asked for lately are computed again in the background before they
     #: age out; 0: every page load computes afresh. The JSON API always computes afresh.
     dashboard_cache_s: float = 300.0
+    #: Today's hours after its sealed ones are computed this often (seconds) for every page at
+    #: once, and the pages' figures are as of that instant; 0: each answer computes them.
+    live_tail_s: float = 60.0
 
     def validate(self) -> None:
         if not 0 < self.port < 65536:
@@ -260,6 +263,10 @@ class ServerSettings:
         if not 0 <= self.dashboard_cache_s <= 3600:
             raise SettingsError(
                 f"server.dashboard_cache_s {self.dashboard_cache_s} must be 0 (off) to 3600"
+            )
+        if not (self.live_tail_s == 0 or 5 <= self.live_tail_s <= 3600):
+            raise SettingsError(
+                f"server.live_tail_s {self.live_tail_s} must be 0 (off) or 5 to 3600"
             )
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise SettingsError(

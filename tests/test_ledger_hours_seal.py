@@ -21,11 +21,13 @@ import datetime as dt
 import polars as pl
 import pytest
 from conftest import idle_rule, ledger_between, recent, usage_between
+from polars.testing import assert_frame_equal
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
-from warehouse.ledger import seal
+from warehouse.ledger import PriceBook, Window, idle_now, idle_report, load_price_book, seal
+from warehouse.ledger.tail import LiveTail
 
 T = recent(dt.datetime(2026, 11, 2, tzinfo=dt.UTC), margin=dt.timedelta(days=3))
 DAY, HOUR = dt.timedelta(days=1), dt.timedelta(hours=1)
@@ -212,3 +214,73 @@ def test_the_cut_follows_the_clock_and_the_whole_day_replaces_it(ingest: Ingesto
     assert T.date() in tomorrow.sealed and _today(wh)[4] is None
     assert len(_kept(wh, T.date())) == 1
     _same(_figures(wh, T, NOW), EXPECT)
+
+
+def _sorted(rows: pl.DataFrame) -> pl.DataFrame:
+    return rows.sort("job_id", "gpu_uuid", "s")
+
+
+def test_a_kept_tail_answers_the_live_hours_as_of_its_instant_alone(ingest: Ingestor) -> None:
+    wh = ingest.wh
+    _end_the_first_seal(ingest)
+    end = T + DAY  # the dashboard's window: up to today, included
+    want_rows, want = _rows(wh, T, end), _figures(wh, T, end)
+    idle_days = idle_report(wh, Window(T, end), now=NOW, idle=idle_rule(), prices=_prices(wh))
+    clock = [NOW + dt.timedelta(microseconds=400)]
+    kept = LiveTail(wh, idle_rule(), every_s=60, clock=lambda: clock[0])
+    assert kept.now() == clock[0]  # nothing kept yet: the clock
+    tail = kept.refresh()
+    assert (tail.start, tail.end, tail.now) == (CUT, end, NOW)
+    with kept.offered():
+        assert kept.now() == NOW
+        assert_frame_equal(_sorted(_rows(wh, T, end)), _sorted(want_rows))
+        _same(_figures(wh, T, end), want)
+        assert kept.served == 2
+        got = idle_report(wh, Window(T, end), now=NOW, idle=idle_rule(), prices=_prices(wh))
+        assert [(d.day, d.idle_cost) for d in got.days] == [
+            (d.day, d.idle_cost) for d in idle_days.days
+        ]
+        assert [d.allocated_gpu_hours for d in got.days] == pytest.approx(
+            [d.allocated_gpu_hours for d in idle_days.days]
+        )
+        assert kept.served == 4  # its usage rows and its GPUs idle now
+        # another cluster gets its own rows (none), another instant or window computes live
+        assert usage_between(wh, T, end, now=NOW, cluster="c2").height == 0
+        assert kept.served == 5
+        _rows(wh, T, end + DAY)
+        usage_between(wh, T, end, now=NOW + dt.timedelta(seconds=1), cluster="c1")
+        usage_between(wh, T, end, now=NOW, cluster="c1", idle_min_duration_s=600)
+        assert kept.served == 5
+        # three passes without a refresh: the tail is not offered, the pages read the clock
+        clock[0] = NOW + dt.timedelta(minutes=3)
+        assert kept.current() is None and kept.now() == clock[0]
+        _rows(wh, T, end)
+        assert kept.served == 5
+    # once no longer offered, nobody reads it
+    clock[0] = NOW
+    _rows(wh, T, end)
+    assert kept.served == 5
+
+
+def _prices(wh: Warehouse) -> PriceBook:
+    return load_price_book(wh, "USD")
+
+
+def test_a_kept_tail_answers_the_gpus_idle_at_its_instant(ingest: Ingestor) -> None:
+    wh = ingest.wh
+    _end_the_first_seal(ingest)
+    at = T + dt.timedelta(hours=13, minutes=50)  # G1 idle since 11:00, in jA's hands
+    rule, prices = idle_rule(), _prices(wh)
+    asked = [("c1", None), ("c1", "t-jA"), ("", "t-jB"), ("c2", None), ("", "t")]
+    want = {a: idle_now(wh, at, idle=rule, prices=prices, cluster=a[0], tenant=a[1]) for a in asked}
+    assert [r.job_id for r in want[("c1", None)]] == ["jA"]
+    kept = LiveTail(wh, rule, every_s=60, clock=lambda: at)
+    kept.refresh()
+    with kept.offered():
+        for (cluster, tenant), idle in want.items():
+            assert (
+                idle_now(wh, at, idle=rule, prices=prices, cluster=cluster, tenant=tenant) == idle
+            )
+        assert kept.served == len(asked)
+        idle_now(wh, at + dt.timedelta(seconds=1), idle=rule, prices=prices, cluster="c1")
+        assert kept.served == len(asked)

@@ -44,6 +44,7 @@ def test_server_dsn_selects_server() -> None:
         ("[warehouse]\ndsn = 'postgres://x'\n", "is not a ClickHouse DSN"),
         ("[warehouse]\ncluster = 'prod; DROP'\n", "warehouse.cluster 'prod; DROP' is not a plain"),
         ("[server]\nforward_timeout_s = 0\n", "server.forward_timeout_s 0.0 must be positive"),
+        ("[server]\nlive_tail_s = 1\n", "server.live_tail_s 1.0 must be 0 (off) or 5 to 3600"),
         ("[ledger\n", "is not valid TOML"),
     ],
 )

@@ -21,7 +21,7 @@ def change(filters: Filters, viewer: Viewer) -> CostChange:
     return why_cost(
         ctx.wh,
         filters.last.strftime("%Y-%m"),
-        now=ctx.now(),
+        now=ctx.ledger_now(),
         tenant=viewer.scope(filters.tenant) or "",
         cluster=cluster_of(filters),
         idle=ctx.idle,

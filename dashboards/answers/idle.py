@@ -30,7 +30,7 @@ def report(filters: Filters, viewer: Viewer, *, worst: int = WORST) -> IdleRepor
     return idle_report(
         ctx.wh,
         filters.window,
-        now=ctx.now(),
+        now=ctx.ledger_now(),
         idle=ctx.idle,
         prices=load_price_book(ctx.wh, ctx.currency),
         cluster=cluster_of(filters),
@@ -45,7 +45,7 @@ def now(filters: Filters, viewer: Viewer) -> tuple[IdleNow, ...]:
     ctx = context.get()
     return idle_now(
         ctx.wh,
-        ctx.now(),
+        ctx.ledger_now(),
         idle=ctx.idle,
         prices=load_price_book(ctx.wh, ctx.currency),
         cluster=cluster_of(filters),

@@ -39,7 +39,7 @@ def ledger(
     return compute_ledger(
         ctx.wh,
         filters.window,
-        now=ctx.now(),
+        now=ctx.ledger_now(),
         group_by=group_by or filters.by,
         idle_policy=filters.idle_policy or ctx.idle_policy,
         idle=ctx.idle,

@@ -56,7 +56,7 @@ def _month_start(day: dt.date) -> dt.date:
 def cost_to_date(filters: Filters, viewer: Viewer) -> CostToDate:
     """The ledger's cost from the 1st of this month to today, and of the same days of the
     month before (cut at its last day), as ``viewer`` sees them."""
-    today = context.get().now().date()
+    today = context.get().ledger_now().date()
     first = _month_start(today)
     before = _month_start(first - dt.timedelta(days=1))
     same_last = min(before + (today - first), first - dt.timedelta(days=1))
@@ -68,7 +68,7 @@ def cost_to_date(filters: Filters, viewer: Viewer) -> CostToDate:
 def _now(filters: Filters, viewer: Viewer, report: IdleReport) -> Now:
     ctx = context.get()
     scope = viewer.scope(filters.tenant)
-    held = open_holds(ctx.wh, ctx.now(), cluster=cluster_of(filters), tenant=scope or "")
+    held = open_holds(ctx.wh, ctx.ledger_now(), cluster=cluster_of(filters), tenant=scope or "")
     for column in ("pool", "gpu_model"):
         if getattr(filters, column):
             held = held.filter(pl.col(column) == getattr(filters, column))
@@ -107,14 +107,14 @@ def overview(filters: Filters, viewer: Viewer) -> Overview:
             ctx.wh,
             cluster_of(filters),
             window.start,
-            window.until(ctx.now()),
+            window.until(ctx.ledger_now()),
             pool=filters.pool,
             gpu_model=filters.gpu_model,
         )
         inventory = _inventory(filters)
     return Overview(
         scope=scope,
-        at=ctx.now(),
+        at=ctx.ledger_now(),
         now=_now(filters, viewer, report),
         idle=report,
         cost=cost_to_date(filters, viewer),

@@ -27,7 +27,7 @@ def _ledger_args(filters: Filters, scope: str | None) -> dict[str, Any]:
     ctx = context.get()
     only = {k: v for k, v in (("pool", filters.pool), ("gpu_model", filters.gpu_model)) if v}
     return {
-        "now": ctx.now(),
+        "now": ctx.ledger_now(),
         "idle_policy": filters.idle_policy or ctx.idle_policy,
         "idle": ctx.idle,
         "prices": load_price_book(ctx.wh, ctx.currency),

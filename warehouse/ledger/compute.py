@@ -61,6 +61,7 @@ from warehouse.ledger.result import (
     grouping_keys,
 )
 from warehouse.ledger.seal import usage_with_seals
+from warehouse.ledger.tail import tail_first
 from warehouse.ledger.usage import SOURCES, capacity_frame, live_usage_frame
 
 
@@ -79,7 +80,8 @@ def usage_frame(
     ``source`` is ``rollup`` (the 1-minute rollup) or ``raw`` (the raw samples); both give
     the same figures, the rollup faster. With the rollup and ``sealed``, whole days sealed by
     ``gpuledger seal`` whose data has not changed since are read as sealed (an interval then
-    has a row per day), the rest live.
+    has a row per day), the rest live (today's last hours from a kept tail where one holds
+    them: :mod:`warehouse.ledger.tail`).
     """
     if source not in SOURCES:
         raise LedgerError(f"source {source!r} must be rollup or raw")
@@ -88,7 +90,10 @@ def usage_frame(
     )
     if source != "rollup" or not sealed:
         return live(window.start, window.end)
-    return usage_with_seals(wh, live, window.start, window.end, now=now, cluster=cluster, idle=idle)
+    kept_first = tail_first(live, wh, now=now, idle=idle, cluster=cluster)
+    return usage_with_seals(
+        wh, kept_first, window.start, window.end, now=now, cluster=cluster, idle=idle
+    )
 
 
 #: A line is one combination of every grouping's key. Costs are decided and rounded once per

@@ -30,6 +30,7 @@ from warehouse.ledger.compute import in_tenant
 from warehouse.ledger.pricing import CENT, PriceBook, ms_to_hours, price_segments, priced_ms
 from warehouse.ledger.result import GROUPINGS, IdleRule, LedgerError, Window
 from warehouse.ledger.seal import usage_with_seals
+from warehouse.ledger.tail import kept_idle_now, tail_first
 from warehouse.ledger.usage import live_usage_frame
 
 _DAY = dt.timedelta(days=1)
@@ -216,14 +217,16 @@ def idle_now(
 ) -> tuple[IdleNow, ...]:
     """The GPUs idle in a job's hands at ``at`` (see
     :func:`warehouse.analytics.idle.idle_now`), longest first, each priced."""
-    found = idle_runs.idle_now(
-        wh,
-        at,
-        threshold_ratio=idle.threshold_ratio,
-        min_duration_s=idle.min_duration_s,
-        cluster=cluster,
-        tenant=tenant or "",
-    )
+    found = kept_idle_now(wh, at, idle=idle, cluster=cluster, tenant=tenant or "")
+    if found is None:
+        found = idle_runs.idle_now(
+            wh,
+            at,
+            threshold_ratio=idle.threshold_ratio,
+            min_duration_s=idle.min_duration_s,
+            cluster=cluster,
+            tenant=tenant or "",
+        )
     found = _keep(found, None, only).with_columns(
         (pl.col("idle_s") * 1000 * pl.col("fraction")).alias("idle_gpu_ms"),
         pl.col("since").alias("s"),
@@ -258,9 +261,8 @@ def daily_usage(
             t = day_end
         return pl.concat(parts, how="vertical_relaxed")
 
-    return usage_with_seals(
-        wh, by_day, window.start, window.end, now=now, cluster=cluster, idle=idle
-    )
+    live = tail_first(by_day, wh, now=now, idle=idle, cluster=cluster)
+    return usage_with_seals(wh, live, window.start, window.end, now=now, cluster=cluster, idle=idle)
 
 
 #: One usage row's idle cost with what it is summed by: (day, cluster, job_id, cost).

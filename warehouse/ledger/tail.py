@@ -1,0 +1,215 @@
+"""The live hours of the day under way, computed once for every page that asks.
+
+Every ledger of a window reaching today reads its sealed days and today's sealed hours, then
+computes the hours after the seal's cut live (:func:`~warehouse.ledger.seal.usage_with_seals`).
+On a large fleet that live query is most of an answer's time, and a dashboard asks it of many
+answers at once (the idle report, both halves of the month to date, the ledger, the tenants'
+tree), each the same rows. A :class:`LiveTail` computes those rows once, for every cluster, as
+of one instant, and keeps them until the next pass; a usage read whose live part is exactly
+that span, as of exactly that instant, takes them (its own cluster's rows) instead of asking
+the warehouse again. The GPUs idle in jobs' hands at that instant are kept alike, for every
+cluster and tenant.
+
+Nothing else changes: the rows are those the live query gives for the same arguments (a
+cluster's are the whole fleet's rows of that cluster, since ledger_usage.sql filters by cluster
+on the allocations alone), so a caller whose "now" is the tail's own instant gets the figures
+it would compute, sooner; any other caller (another instant, another span, other idle
+settings, another warehouse) misses and computes live as before. The dashboard's server takes
+the ledger's "now" from :meth:`LiveTail.now`, so its pages show the ledger's figures as of that
+instant, at most one pass old (alerts, advice and telemetry read the clock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Iterator
+
+import polars as pl
+
+from warehouse.analytics import idle as idle_runs
+from warehouse.analytics.tenancy import in_tenant
+from warehouse.client import Warehouse, WarehouseError
+from warehouse.ledger.result import IdleRule
+from warehouse.ledger.seal import LiveUsage, day_number, day_start, seals
+from warehouse.ledger.usage import live_usage_frame
+
+log = logging.getLogger(__name__)
+
+#: A kept tail older than this many passes is not offered (its refresher stopped or fell
+#: behind): the pages then read the clock and compute live, rather than show old figures.
+STALE_PASSES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Tail:
+    """The usage rows of [start, end) of every cluster as of ``now`` (the live query's own
+    arguments: start today's sealed cut or midnight, end the next midnight)."""
+
+    warehouse: tuple[str, str]  # (dsn, database)
+    idle: IdleRule
+    start: dt.datetime
+    end: dt.datetime
+    now: dt.datetime
+    rows: pl.DataFrame
+    #: Every GPU idle in a job's hands at ``now`` (:func:`warehouse.analytics.idle.idle_now`
+    #: of every cluster and tenant; one GPU's run never depends on who else is asked for).
+    idle_now: pl.DataFrame
+
+
+class LiveTail:
+    """Today's live usage rows after its seal, recomputed every ``every_s`` seconds as of the
+    clock (see the module's docstring)."""
+
+    def __init__(
+        self,
+        wh: Warehouse,
+        idle: IdleRule,
+        *,
+        every_s: float,
+        clock: Callable[[], dt.datetime],
+    ) -> None:
+        if every_s <= 0:
+            raise ValueError(f"a live tail is computed every positive time, not {every_s} s")
+        self.wh, self.idle, self.every_s, self.clock = wh, idle, every_s, clock
+        self._tail: Tail | None = None
+        self._taken_at: dt.datetime | None = None  # the clock when _tail was computed
+        self.served = 0  # reads (usage rows, GPUs idle now) answered from it
+
+    def refresh(self) -> Tail:
+        """Compute the tail as of the clock now, keep it and return it."""
+        now = self.clock().replace(microsecond=0)  # a page shows the second it is as of
+        d = day_number(now)
+        today = seals(self.wh, d, d + 1, self.idle).get(d)
+        cut = today[4] if today is not None else None
+        start = cut if cut is not None and cut <= now else day_start(d)
+        end = day_start(d + 1)
+        rows = live_usage_frame(self.wh, start, end, now=now, idle=self.idle)
+        idle_now = idle_runs.idle_now(
+            self.wh,
+            now,
+            threshold_ratio=self.idle.threshold_ratio,
+            min_duration_s=self.idle.min_duration_s,
+        )
+        tail = Tail((self.wh.dsn, self.wh.database), self.idle, start, end, now, rows, idle_now)
+        self._tail, self._taken_at = tail, now
+        return tail
+
+    def current(self) -> Tail | None:
+        """The kept tail, unless it is :data:`STALE_PASSES` passes old or more."""
+        tail, taken = self._tail, self._taken_at
+        if tail is None or taken is None:
+            return None
+        if self.clock() - taken >= dt.timedelta(seconds=STALE_PASSES * self.every_s):
+            return None
+        return tail
+
+    def now(self) -> dt.datetime:
+        """The instant the pages' figures are as of: the kept tail's, or the clock's when none
+        is kept (the pages then compute their live part themselves)."""
+        tail = self.current()
+        return tail.now if tail is not None else self.clock()
+
+    @contextlib.contextmanager
+    def offered(self) -> Iterator[LiveTail]:
+        """Offer the kept tail to usage reads (:func:`kept_rows`) inside the block."""
+        with _lock:
+            _offered.append(self)
+        try:
+            yield self
+        finally:
+            with _lock:
+                _offered.remove(self)
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        """Refresh the tail every ``every_s`` and offer it, in a daemon thread until ``stop``
+        is set; a failed pass is logged, the kept tail ages out and the pages compute live
+        meanwhile."""
+
+        def loop() -> None:
+            with self.offered():
+                wait = 0.0
+                while not stop.wait(wait):
+                    wait = self.every_s
+                    try:
+                        self.refresh()
+                    except WarehouseError as exc:
+                        log.error(
+                            "computing today's live hours failed (next in %g s): %s", wait, exc
+                        )
+
+        thread = threading.Thread(target=loop, name="ledger-live-tail", daemon=True)
+        thread.start()
+        return thread
+
+
+_offered: list[LiveTail] = []
+_lock = threading.Lock()
+
+
+def kept_rows(
+    wh: Warehouse,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    now: dt.datetime,
+    idle: IdleRule,
+    cluster: str,
+) -> pl.DataFrame | None:
+    """The live usage rows of [start, end) of ``cluster`` ('' for all) as of ``now`` from a
+    kept tail computed with exactly these arguments, or None (compute them live)."""
+    tail = _kept(wh, now, idle, lambda t: (t.start, t.end) == (start, end))
+    if tail is None:
+        return None
+    return tail.rows.filter(pl.col("cluster") == cluster) if cluster else tail.rows
+
+
+def kept_idle_now(
+    wh: Warehouse, at: dt.datetime, *, idle: IdleRule, cluster: str, tenant: str
+) -> pl.DataFrame | None:
+    """:func:`warehouse.analytics.idle.idle_now` at ``at`` of ``cluster`` and ``tenant`` (''
+    for all) from a kept tail as of exactly ``at``, or None (ask the warehouse)."""
+    tail = _kept(wh, at, idle, lambda t: True)
+    if tail is None:
+        return None
+    found = tail.idle_now
+    if cluster:
+        found = found.filter(pl.col("cluster") == cluster)
+    return found.filter(in_tenant(tenant)) if tenant else found
+
+
+def _kept(
+    wh: Warehouse, now: dt.datetime, idle: IdleRule, fits: Callable[[Tail], bool]
+) -> Tail | None:
+    """The offered tail of ``wh`` as of ``now`` under ``idle`` that ``fits``, counted served."""
+    with _lock:
+        offered = list(_offered)
+    for source in offered:
+        tail = source.current()
+        if tail is None or (tail.warehouse, tail.now, tail.idle) != (
+            (wh.dsn, wh.database),
+            now,
+            idle,
+        ):
+            continue
+        if not fits(tail):
+            continue
+        with _lock:
+            source.served += 1
+        return tail
+    return None
+
+
+def tail_first(
+    live: LiveUsage, wh: Warehouse, *, now: dt.datetime, idle: IdleRule, cluster: str
+) -> LiveUsage:
+    """``live``, answering from a kept tail the spans it holds (:func:`kept_rows`)."""
+
+    def first_kept(start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+        kept = kept_rows(wh, start, end, now=now, idle=idle, cluster=cluster)
+        return kept if kept is not None else live(start, end)
+
+    return first_kept

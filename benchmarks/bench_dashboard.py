@@ -16,7 +16,9 @@ row selected. One warm-up round is not counted.
 
 Each page is measured twice (``--modes``): ``computed``, the server keeping no answer
 (``server.dashboard_cache_s = 0``: every load computes), and ``kept``, with the server's default
-answer cache (:mod:`dashboards.cache`), whose warm-up round is the cold one.
+answer cache (:mod:`dashboards.cache`), whose warm-up round is the cold one. Both keep the
+server's live tail of today (:mod:`warehouse.ledger.tail`); ``untailed``, asked for alone, is
+``computed`` without it (``server.live_tail_s = 0``: every answer computes today's last hours).
 
 Printed and written to ``benchmarks/out/dashboard.json``: per mode, p50/p95 per page (its callbacks'
 answers pooled, and the whole load: every request of it one after the other) and per
@@ -147,11 +149,15 @@ def _hours(sealed: dict[str, Any]) -> str:
     return f"today sealed up to {until}" if until else "today's sealed hours unchanged"
 
 
-def serve(data: Path, port: int, cache_s: float) -> subprocess.Popen[bytes]:
-    """`gpuledger serve` over ``data`` keeping the pages' answers ``cache_s`` seconds (0: none),
-    once its /healthz answers."""
+def serve(data: Path, port: int, cache_s: float, tail_s: float) -> subprocess.Popen[bytes]:
+    """`gpuledger serve` over ``data`` keeping the pages' answers ``cache_s`` seconds (0: none)
+    and today's live tail every ``tail_s`` (0: none), once its /healthz answers."""
     command = [sys.executable, "-m", "gpuledger.cli", "serve", "--port", str(port)]
-    env = {**_env(), "GPULEDGER_SERVER__DASHBOARD_CACHE_S": str(cache_s)}
+    env = {
+        **_env(),
+        "GPULEDGER_SERVER__DASHBOARD_CACHE_S": str(cache_s),
+        "GPULEDGER_SERVER__LIVE_TAIL_S": str(tail_s),
+    }
     with (data / "bench-serve.log").open("wb") as log:  # the child keeps its own copy
         proc = subprocess.Popen(
             [*command, "--data-dir", str(data)],
@@ -281,15 +287,24 @@ def show(result: dict[str, Any]) -> Iterator[str]:
         yield f"FAILED {f['status']}: {_name(f['callback'])} ({f['page']})"
 
 
-#: The two ways a page is measured: computed at every load (``server.dashboard_cache_s`` 0),
-#: and with the server's default answer cache (its first round is the cold one, not counted).
-MODES = {"computed": 0.0, "kept": ServerSettings().dashboard_cache_s}
+#: The ways a page is measured, (answer cache s, live tail s): computed at every load
+#: (``server.dashboard_cache_s`` 0), with the server's default answer cache (its first round is
+#: the cold one, not counted), and computed without the live tail (asked for by name alone).
+MODES = {
+    "computed": (0.0, ServerSettings().live_tail_s),
+    "kept": (ServerSettings().dashboard_cache_s, ServerSettings().live_tail_s),
+    "untailed": (0.0, 0.0),
+}
+DEFAULT_MODES = ("computed", "kept")
 
 
-def measure(data: Path, made: dict[str, Any], rounds: int, cache_s: float) -> dict[str, Any]:
-    """One `gpuledger serve` over ``data`` with the answer cache at ``cache_s``, replayed."""
+def measure(
+    data: Path, made: dict[str, Any], rounds: int, mode: tuple[float, float]
+) -> dict[str, Any]:
+    """One `gpuledger serve` over ``data`` with the answer cache and live tail of ``mode``,
+    replayed."""
     port = _port()
-    server = serve(data, port, cache_s)
+    server = serve(data, port, *mode)
     try:
         return replay(
             f"http://127.0.0.1:{port}",
@@ -306,7 +321,7 @@ def run(
     scale: str = "full",
     rounds: int | None = None,
     keep: Path | None = None,
-    modes: Sequence[str] = tuple(MODES),
+    modes: Sequence[str] = DEFAULT_MODES,
 ) -> dict[str, Any]:
     sc = SCALES[scale]
     data = keep or Path(tempfile.mkdtemp(prefix="gpuledger-bench-dashboard-", dir="/var/tmp"))
@@ -325,7 +340,8 @@ def run(
         **measured,
     }
     for mode in modes:
-        print(f"-- {mode}: answer cache {MODES[mode]:g} s", flush=True)
+        cache_s, tail_s = MODES[mode]
+        print(f"-- {mode}: answer cache {cache_s:g} s, live tail {tail_s:g} s", flush=True)
         for line in show(result[mode]):
             print(line, flush=True)
     OUT.mkdir(exist_ok=True)
@@ -340,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="build (or reuse) the warehouse here")
     parser.add_argument(
         "--modes",
-        default=",".join(MODES),
-        help="computed (every load computes), kept (the default answer cache), or both",
+        default=",".join(DEFAULT_MODES),
+        help="computed (every load computes), kept (the default answer cache), untailed "
+        "(computed, today's last hours too); comma-separated",
     )
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]

@@ -225,12 +225,16 @@ def test_a_kept_tail_answers_the_live_hours_as_of_its_instant_alone(ingest: Inge
     _end_the_first_seal(ingest)
     end = T + DAY  # the dashboard's window: up to today, included
     want_rows, want = _rows(wh, T, end), _figures(wh, T, end)
+    month_figures = _figures(
+        wh, T, dt.datetime(T.year + T.month // 12, T.month % 12 + 1, 1, tzinfo=dt.UTC)
+    )
     idle_days = idle_report(wh, Window(T, end), now=NOW, idle=idle_rule(), prices=_prices(wh))
     clock = [NOW + dt.timedelta(microseconds=400)]
     kept = LiveTail(wh, idle_rule(), every_s=60, clock=lambda: clock[0])
     assert kept.now() == clock[0]  # nothing kept yet: the clock
     tail = kept.refresh()
-    assert (tail.start, tail.end, tail.now) == (CUT, end, NOW)
+    month_end = dt.datetime(T.year + T.month // 12, T.month % 12 + 1, 1, tzinfo=dt.UTC)
+    assert (tail.start, tail.now, set(tail.rows)) == (CUT, NOW, {end, month_end})
     with kept.offered():
         assert kept.now() == NOW
         assert_frame_equal(_sorted(_rows(wh, T, end)), _sorted(want_rows))
@@ -247,19 +251,22 @@ def test_a_kept_tail_answers_the_live_hours_as_of_its_instant_alone(ingest: Inge
         # another cluster gets its own rows (none), another instant or window computes live
         assert usage_between(wh, T, end, now=NOW, cluster="c2").height == 0
         assert kept.served == 5
-        _rows(wh, T, end + DAY)
+        # the month's window ends at the next month's first: kept as well
+        _same(_figures(wh, T, month_end), month_figures)
+        assert kept.served == 6
+        _rows(wh, T, end + DAY if end + DAY != month_end else end + 2 * DAY)
         usage_between(wh, T, end, now=NOW + dt.timedelta(seconds=1), cluster="c1")
         usage_between(wh, T, end, now=NOW, cluster="c1", idle_min_duration_s=600)
-        assert kept.served == 5
+        assert kept.served == 6
         # three passes without a refresh: the tail is not offered, the pages read the clock
         clock[0] = NOW + dt.timedelta(minutes=3)
         assert kept.current() is None and kept.now() == clock[0]
         _rows(wh, T, end)
-        assert kept.served == 5
+        assert kept.served == 6
     # once no longer offered, nobody reads it
     clock[0] = NOW
     _rows(wh, T, end)
-    assert kept.served == 5
+    assert kept.served == 6
 
 
 def _prices(wh: Warehouse) -> PriceBook:

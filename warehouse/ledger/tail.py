@@ -26,7 +26,7 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import polars as pl
 
@@ -46,15 +46,15 @@ STALE_PASSES = 3
 
 @dataclasses.dataclass(frozen=True)
 class Tail:
-    """The usage rows of [start, end) of every cluster as of ``now`` (the live query's own
-    arguments: start today's sealed cut or midnight, end the next midnight)."""
+    """The usage rows of [start, end) of every cluster as of ``now``, per end (the live
+    query's own arguments: start today's sealed cut or midnight; end the next midnight, where
+    a window up to today ends, and the next month's first, where this month's ends)."""
 
     warehouse: tuple[str, str]  # (dsn, database)
     idle: IdleRule
     start: dt.datetime
-    end: dt.datetime
+    rows: Mapping[dt.datetime, pl.DataFrame]
     now: dt.datetime
-    rows: pl.DataFrame
     #: Every GPU idle in a job's hands at ``now`` (:func:`warehouse.analytics.idle.idle_now`
     #: of every cluster and tenant; one GPU's run never depends on who else is asked for).
     idle_now: pl.DataFrame
@@ -83,18 +83,20 @@ class LiveTail:
         """Compute the tail as of the clock now, keep it and return it."""
         now = self.clock().replace(microsecond=0)  # a page shows the second it is as of
         d = day_number(now)
-        today = seals(self.wh, d, d + 1, self.idle).get(d)
-        cut = today[4] if today is not None else None
+        sealed = seals(self.wh, d, d + 1, self.idle).get(d)
+        cut = sealed[4] if sealed is not None else None
         start = cut if cut is not None and cut <= now else day_start(d)
-        end = day_start(d + 1)
-        rows = live_usage_frame(self.wh, start, end, now=now, idle=self.idle)
+        today = now.date()
+        month_end = dt.date(today.year + today.month // 12, today.month % 12 + 1, 1)
+        ends = {day_start(d + 1), day_start(d + (month_end - today).days)}
+        rows = {e: live_usage_frame(self.wh, start, e, now=now, idle=self.idle) for e in ends}
         idle_now = idle_runs.idle_now(
             self.wh,
             now,
             threshold_ratio=self.idle.threshold_ratio,
             min_duration_s=self.idle.min_duration_s,
         )
-        tail = Tail((self.wh.dsn, self.wh.database), self.idle, start, end, now, rows, idle_now)
+        tail = Tail((self.wh.dsn, self.wh.database), self.idle, start, rows, now, idle_now)
         self._tail, self._taken_at = tail, now
         return tail
 
@@ -161,10 +163,11 @@ def kept_rows(
 ) -> pl.DataFrame | None:
     """The live usage rows of [start, end) of ``cluster`` ('' for all) as of ``now`` from a
     kept tail computed with exactly these arguments, or None (compute them live)."""
-    tail = _kept(wh, now, idle, lambda t: (t.start, t.end) == (start, end))
+    tail = _kept(wh, now, idle, lambda t: t.start == start and end in t.rows)
     if tail is None:
         return None
-    return tail.rows.filter(pl.col("cluster") == cluster) if cluster else tail.rows
+    rows = tail.rows[end]
+    return rows.filter(pl.col("cluster") == cluster) if cluster else rows
 
 
 def kept_idle_now(

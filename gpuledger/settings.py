@@ -252,7 +252,7 @@ class ServerSettings:
     #: age out; 0: every page load computes afresh. The JSON API always computes afresh.
     dashboard_cache_s: float = 300.0
     #: Today's hours after its sealed ones are computed this often (seconds) for every page at
-    #: once, and the pages' figures are as of that instant; 0: each answer computes them.
+    #: once, and the pages' ledger figures are as of that instant; 0: each answer computes them.
     live_tail_s: float = 60.0
 
     def validate(self) -> None:

@@ -151,6 +151,21 @@ def _overview(wh: Warehouse, now: dt.datetime, role: str = "manager", state: str
     return outputs(update(client, OVERVIEW, [("filters-state", "data", state)]))
 
 
+def test_the_overview_says_the_instant_its_ledger_figures_are_as_of(fleet: Warehouse) -> None:
+    """The server's live tail sets the ledger's "now" a pass behind the clock: the page says so."""
+    earlier = NOW - dt.timedelta(minutes=1)
+    client = create_app(fleet, now=lambda: NOW, as_of=lambda: earlier).server.test_client()
+    got = outputs(update(client, OVERVIEW, [("filters-state", "data", "")]))
+    notes = {
+        tile["props"]["children"][1]["props"]["children"]: tile["props"]["children"][2]["props"][
+            "children"
+        ]
+        for tile in got["overview-kpis"]["children"]
+        if len(tile["props"]["children"]) > 2
+    }
+    assert notes["GPUs allocated now"] == f"as of {earlier:%Y-%m-%d %H:%M} UTC"
+
+
 def test_overview_page_serves_real_numbers(fleet: Warehouse) -> None:
     app = create_app(fleet, now=lambda: NOW)
     client = app.server.test_client()

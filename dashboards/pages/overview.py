@@ -51,7 +51,9 @@ def kpis(o: Overview) -> list[html.Div]:
             )
         )  # fmt: skip
     tiles += [
-        widgets.kpi("GPUs allocated now", widgets.gpus(n.allocated_gpus)),
+        widgets.kpi(
+            "GPUs allocated now", widgets.gpus(n.allocated_gpus), f"as of {widgets.when(o.at)}"
+        ),
         widgets.kpi("GPUs' worth used now", widgets.gpus(n.used_gpus), "last 10 min"),
         widgets.kpi(
             "GPUs idle in jobs now", widgets.gpus(n.idle_gpus),

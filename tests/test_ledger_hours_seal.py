@@ -26,7 +26,15 @@ from polars.testing import assert_frame_equal
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
-from warehouse.ledger import PriceBook, Window, idle_now, idle_report, load_price_book, seal
+from warehouse.ledger import (
+    PriceBook,
+    Window,
+    idle_now,
+    idle_report,
+    load_price_book,
+    month_window,
+    seal,
+)
 from warehouse.ledger.tail import LiveTail
 
 T = recent(dt.datetime(2026, 11, 2, tzinfo=dt.UTC), margin=dt.timedelta(days=3))
@@ -224,16 +232,14 @@ def test_a_kept_tail_answers_the_live_hours_as_of_its_instant_alone(ingest: Inge
     wh = ingest.wh
     _end_the_first_seal(ingest)
     end = T + DAY  # the dashboard's window: up to today, included
+    month_end = month_window(f"{NOW:%Y-%m}").end  # where the Cost page's month ends
     want_rows, want = _rows(wh, T, end), _figures(wh, T, end)
-    month_figures = _figures(
-        wh, T, dt.datetime(T.year + T.month // 12, T.month % 12 + 1, 1, tzinfo=dt.UTC)
-    )
+    month_figures = _figures(wh, T, month_end)
     idle_days = idle_report(wh, Window(T, end), now=NOW, idle=idle_rule(), prices=_prices(wh))
     clock = [NOW + dt.timedelta(microseconds=400)]
     kept = LiveTail(wh, idle_rule(), every_s=60, clock=lambda: clock[0])
     assert kept.now() == clock[0]  # nothing kept yet: the clock
     tail = kept.refresh()
-    month_end = dt.datetime(T.year + T.month // 12, T.month % 12 + 1, 1, tzinfo=dt.UTC)
     assert (tail.start, tail.now, set(tail.rows)) == (CUT, NOW, {end, month_end})
     with kept.offered():
         assert kept.now() == NOW

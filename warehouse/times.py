@@ -23,6 +23,12 @@ FIRST_DAY = FIRST_INSTANT.date()
 LAST_DAY = END_INSTANT.date() - dt.timedelta(days=1)
 
 
+def next_month(t: dt.datetime) -> dt.datetime:
+    """Midnight UTC of the first day of the month after ``t``'s (where a month's window ends)."""
+    first = dt.datetime(t.year, t.month, 1, tzinfo=dt.UTC)
+    return (first + dt.timedelta(days=32)).replace(day=1)
+
+
 def day(text: str, flag: str) -> dt.datetime:
     """Midnight UTC of the day ``text`` (YYYY-MM-DD); ``flag`` names it in the error (the
     command line's ``--from``, the API's ``from``)."""

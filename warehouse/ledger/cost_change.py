@@ -34,7 +34,7 @@ from warehouse.ledger.pricing import (
     round_conserving,
 )
 from warehouse.ledger.result import IdlePolicy, IdleRule, LedgerError, Window
-from warehouse.times import END_INSTANT, FIRST_INSTANT
+from warehouse.times import END_INSTANT, FIRST_INSTANT, next_month
 
 _CENT = Decimal("0.01")
 
@@ -211,8 +211,7 @@ def month_window(month: str) -> Window:
             f"--month {month} is outside the months the warehouse holds: pick one from "
             f"{FIRST_INSTANT:%Y-%m} to {END_INSTANT - dt.timedelta(days=1):%Y-%m}"
         )
-    nxt = (first + dt.timedelta(days=32)).replace(day=1)
-    return Window(first, nxt)
+    return Window(first, next_month(first))
 
 
 def month_cost(

@@ -36,6 +36,7 @@ from warehouse.client import Warehouse, WarehouseError
 from warehouse.ledger.result import IdleRule
 from warehouse.ledger.seal import LiveUsage, day_number, day_start, seals
 from warehouse.ledger.usage import live_usage_frame
+from warehouse.times import next_month
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,6 @@ class LiveTail:
             raise ValueError(f"a live tail is computed every positive time, not {every_s} s")
         self.wh, self.idle, self.every_s, self.clock = wh, idle, every_s, clock
         self._tail: Tail | None = None
-        self._taken_at: dt.datetime | None = None  # the clock when _tail was computed
         self.served = 0  # reads (usage rows, GPUs idle now) answered from it
 
     def refresh(self) -> Tail:
@@ -86,9 +86,7 @@ class LiveTail:
         sealed = seals(self.wh, d, d + 1, self.idle).get(d)
         cut = sealed[4] if sealed is not None else None
         start = cut if cut is not None and cut <= now else day_start(d)
-        today = now.date()
-        month_end = dt.date(today.year + today.month // 12, today.month % 12 + 1, 1)
-        ends = {day_start(d + 1), day_start(d + (month_end - today).days)}
+        ends = {day_start(d + 1), next_month(now)}
         rows = {e: live_usage_frame(self.wh, start, e, now=now, idle=self.idle) for e in ends}
         idle_now = idle_runs.idle_now(
             self.wh,
@@ -97,15 +95,15 @@ class LiveTail:
             min_duration_s=self.idle.min_duration_s,
         )
         tail = Tail((self.wh.dsn, self.wh.database), self.idle, start, rows, now, idle_now)
-        self._tail, self._taken_at = tail, now
+        self._tail = tail
         return tail
 
     def current(self) -> Tail | None:
         """The kept tail, unless it is :data:`STALE_PASSES` passes old or more."""
-        tail, taken = self._tail, self._taken_at
-        if tail is None or taken is None:
+        tail = self._tail
+        if tail is None:
             return None
-        if self.clock() - taken >= dt.timedelta(seconds=STALE_PASSES * self.every_s):
+        if self.clock() - tail.now >= dt.timedelta(seconds=STALE_PASSES * self.every_s):
             return None
         return tail
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -27,8 +26,7 @@ from warehouse.ledger.compute import (
     in_tenant,
     priced_inputs,
 )
-from warehouse.ledger.pricing import PriceBook, load_price_book, ms_to_hours, priced_ms
-from warehouse.ledger.pricing import round_conserving as _round
+from warehouse.ledger.pricing import PriceBook, PriceSegment, load_price_book, priced_ms
 from warehouse.ledger.result import IdlePolicy, IdleRule, LedgerError, Window
 
 
@@ -178,20 +176,6 @@ def cost_breakdown(
     )
 
 
-def _split(
-    exact: Mapping[str, Decimal], cents: Decimal, weights: Mapping[str, float]
-) -> dict[str, Decimal]:
-    """``cents`` split between the keys of ``exact`` in proportion to it (else to
-    ``weights``, else evenly), rounded so the parts add up to ``cents``."""
-    basis = {k: Decimal(v) for k, v in exact.items()}
-    if not any(basis.values()):
-        basis = {k: Decimal(weights.get(k, 0.0)) for k in exact}
-    if not any(basis.values()):
-        basis = dict.fromkeys(exact, Decimal(1))
-    total = sum(basis.values(), Decimal(0))
-    return _round({k: cents * v / total for k, v in basis.items()}, cents)
-
-
 def job_costs(
     wh: Warehouse,
     window: Window,
@@ -219,37 +203,86 @@ def job_costs(
         .with_columns((pl.col("cluster") + "\x00" + pl.col("job_id")).alias("_job"))
         .with_row_index("_row")
     )
-    direct, shared = _job_cents(rows, decided, segments)
+    per_job = _per_job(rows).join(_job_cents(rows, decided, segments), on="_job", how="left")
     jobs = [
-        _job(r, direct.get(r["_job"], Decimal(0)), shared.get(r["_job"], Decimal(0)))
-        for r in _per_job(rows).iter_rows(named=True)
+        _job(r, Decimal(r["_direct"] or 0).scaleb(-2), Decimal(r["_shared"] or 0).scaleb(-2))
+        for r in per_job.iter_rows(named=True)
     ]
     jobs.sort(key=lambda j: (j.start, j.cluster, j.job_id), reverse=True)
     return Detail(window, window.until(now), policy, book.currency, tenant, tuple(jobs))
 
 
 def _job_cents(
-    rows: pl.DataFrame, decided: DecidedLines, segments: Sequence[Any]
-) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
-    """Each job's direct cost and share: every line's rounded cents split between its jobs."""
+    rows: pl.DataFrame, decided: DecidedLines, segments: Sequence[PriceSegment]
+) -> pl.DataFrame:
+    """Each job's direct cost and share in whole cents (``_direct``, ``_shared``): every
+    line's rounded cents split between its jobs, in one pass over all lines."""
     priced, _unpriced = priced_ms(rows, segments, "s", "e", "allocated_gpu_ms", ["_line", "_job"])
-    exact: dict[int, dict[str, Decimal]] = defaultdict(dict)
-    for line, job in rows.select("_line", "_job").unique().iter_rows():
-        exact[line][job] = Decimal(0)
-    for line, job, seg, ms in priced.iter_rows():
-        exact[line][job] += ms_to_hours(ms) * segments[seg].price
-    held = rows.group_by("_line", "_job").agg(pl.col("allocated_gpu_ms").sum())
-    weights: dict[int, dict[str, float]] = defaultdict(dict)
-    for line, job, ms in held.iter_rows():
-        weights[line][job] = float(ms)
-    direct: dict[str, Decimal] = defaultdict(Decimal)
-    shared: dict[str, Decimal] = defaultdict(Decimal)
-    for line, jobs in exact.items():
-        for job, cents in _split(jobs, decided.direct[line], weights[line]).items():
-            direct[job] += cents
-        for job, cents in _split(jobs, decided.shared[str(line)], weights[line]).items():
-            shared[job] += cents
-    return direct, shared
+    prices = pl.DataFrame(
+        {"seg": range(len(segments)), "_price": [float(s.price) for s in segments]},
+        schema={"seg": pl.Int64, "_price": pl.Float64},
+    )
+    # proportions only: the exact amounts' common factor (ms per hour) cancels
+    exact = (
+        priced.join(prices, on="seg")
+        .group_by("_line", "_job")
+        .agg((pl.col("_ms") * pl.col("_price")).sum().alias("_exact"))
+    )
+    line_type = rows.schema["_line"]
+    cents = pl.DataFrame(
+        {
+            "_line": list(decided.direct),
+            "_direct": [int(v.scaleb(2)) for v in decided.direct.values()],
+            "_shared": [int(decided.shared[str(k)].scaleb(2)) for k in decided.direct],
+        },
+        schema={"_line": line_type, "_direct": pl.Int64, "_shared": pl.Int64},
+    )
+    pairs = (
+        rows.group_by("_line", "_job")
+        .agg(pl.col("allocated_gpu_ms").sum().cast(pl.Float64).alias("_held"))
+        .join(exact, on=["_line", "_job"], how="left")
+        .with_columns(pl.col("_exact").fill_null(0.0))
+        .join(cents, on="_line")
+    )
+    direct = _split_cents(pairs, "_direct")
+    shared = _split_cents(pairs, "_shared")
+    return (
+        direct.join(shared, on=["_line", "_job"])
+        .group_by("_job")
+        .agg(pl.col("_direct", "_shared").sum())
+    )
+
+
+def _split_cents(frame: pl.DataFrame, cents: str) -> pl.DataFrame:
+    """Each (line, job) row's whole cents of its line's ``cents``, in proportion to the job's
+    exact amount (else to its GPU-ms held, else evenly), by largest remainder with ties broken
+    by job key, so a line's jobs add up to the line to the cent."""
+    line = pl.col("_line")
+    basis = (
+        pl.when(pl.col("_exact").abs().sum().over(line) > 0)
+        .then(pl.col("_exact"))
+        .when(pl.col("_held").sum().over(line) > 0)
+        .then(pl.col("_held"))
+        .otherwise(1.0)
+    )
+    share = pl.col(cents).cast(pl.Float64) * basis / basis.sum().over(line)
+    step = frame.with_columns(share.alias("_share")).with_columns(
+        pl.col("_share").floor().cast(pl.Int64).alias("_floor")
+    )
+    missing = pl.col(cents) - pl.col("_floor").sum().over(line)
+    remainder = pl.col("_share") - pl.col("_floor")
+    ranked = step.with_columns(
+        missing.alias("_missing"),
+        pl.when(missing >= 0).then(-remainder).otherwise(remainder).alias("_order"),
+    ).sort("_line", "_order", "_job")
+    given = pl.int_range(pl.len()).over(line) < pl.col("_missing").abs()
+    return ranked.select(
+        "_line",
+        "_job",
+        (pl.col("_floor") + pl.when(given).then(pl.col("_missing").sign()).otherwise(0)).alias(
+            cents
+        ),
+    )
 
 
 def _per_job(rows: pl.DataFrame) -> pl.DataFrame:

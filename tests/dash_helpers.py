@@ -23,13 +23,13 @@ GPU = [
     ("gpu-holds", "rowData"),
     ("gpu-telemetry", "figure"),
 ]
+#: The overview's callbacks, each with its outputs (every one takes ``filters-state``).
 OVERVIEW = [
-    ("overview-message", "children"),
-    ("overview-findings", "children"),
-    ("overview-kpis", "children"),
-    ("overview-cost", "children"),
-    ("overview-timeseries", "figure"),
-    ("overview-inventory", "children"),
+    [("overview-message", "children"), ("overview-kpis", "children")],
+    [("overview-range", "children"), ("overview-timeseries", "figure")],
+    [("overview-cost", "children")],
+    [("overview-findings", "children")],
+    [("overview-inventory", "children")],
 ]
 
 
@@ -60,3 +60,12 @@ def outputs(reply: Any) -> dict[str, dict[str, Any]]:
     """The outputs of a successful callback, by component id."""
     assert reply.status_code == 200, reply.data[:500]
     return reply.get_json()["response"]  # type: ignore[no-any-return]
+
+
+def page(client: Any, callbacks: Sequence[Sequence[tuple[str, str]]], state: str) -> Any:
+    """Every callback of a page whose callbacks take ``filters-state`` alone, posted one after
+    the other: their outputs together, by component id."""
+    got: dict[str, dict[str, Any]] = {}
+    for outs in callbacks:
+        got.update(outputs(update(client, outs, [("filters-state", "data", state)])))
+    return got

@@ -12,7 +12,7 @@ import moment_fixture as m
 import polars as pl
 import pytest
 from conftest import fresh_database, recent
-from dash_helpers import GPU, IDLE, OVERVIEW, outputs, update
+from dash_helpers import GPU, IDLE, OVERVIEW, outputs, page, update
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent
 from dashboards.app import create_app
@@ -148,14 +148,14 @@ def test_fleet_summary_and_clusters(fleet: Warehouse) -> None:
 def _overview(wh: Warehouse, now: dt.datetime, role: str = "manager", state: str = "") -> Any:
     who = Viewer("someone", role)
     client = create_app(wh, viewer=lambda: who, now=lambda: now).server.test_client()
-    return outputs(update(client, OVERVIEW, [("filters-state", "data", state)]))
+    return page(client, OVERVIEW, state)
 
 
 def test_the_overview_says_the_instant_its_ledger_figures_are_as_of(fleet: Warehouse) -> None:
     """The server's live tail sets the ledger's "now" a pass behind the clock: the page says so."""
     earlier = NOW - dt.timedelta(minutes=1)
     client = create_app(fleet, now=lambda: NOW, as_of=lambda: earlier).server.test_client()
-    got = outputs(update(client, OVERVIEW, [("filters-state", "data", "")]))
+    got = page(client, OVERVIEW, "")
     notes = {
         tile["props"]["children"][1]["props"]["children"]: tile["props"]["children"][2]["props"][
             "children"
@@ -214,7 +214,8 @@ def _tiles(response: Any) -> dict[str, str]:
         k["props"]["children"][1]["props"]["children"]: k["props"]["children"][0]["props"][
             "children"
         ]
-        for k in response["overview-kpis"]["children"] + response["overview-cost"]["children"]
+        for part in ("overview-kpis", "overview-range", "overview-cost")
+        for k in response[part]["children"]
     }
 
 

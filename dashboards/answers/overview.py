@@ -4,6 +4,9 @@ days of the month before, and the inventory now.
 
 A tenant viewer gets its own figures alone: its allocated, used and idle GPUs, its cost —
 never the cluster's capacity, inventory or other tenants' figures.
+
+Each part is an answer of its own, so that the page asks for them side by side (a callback
+each) and shows each as soon as it is ready.
 """
 
 from __future__ import annotations
@@ -23,30 +26,31 @@ from dashboards.context import Viewer
 from dashboards.filters import Filters
 from warehouse.analytics import fleet
 from warehouse.analytics.idle import open_holds
-from warehouse.ledger import IdleReport
+from warehouse.ledger import IdleDay
 
 
 @dataclasses.dataclass(frozen=True)
 class Now:
-    """GPUs at this instant: capacity (None for a tenant viewer), held, used and idle."""
+    """GPUs at the ledger's instant ``at``: capacity (None for a tenant viewer), held, used and
+    idle, and what the idle ones cost so far."""
 
+    at: dt.datetime
     capacity_gpus: float | None
     healthy_gpus: float | None
     allocated_gpus: float
     used_gpus: float | None  # None: no utilisation sample of the held GPUs lately
     idle_gpus: float
     idle_cost: Decimal
+    currency: str
 
 
 @dataclasses.dataclass(frozen=True)
-class Overview:
-    scope: str | None
-    at: dt.datetime
-    now: Now
-    idle: IdleReport  # the range's days (allocated, used, idle) and the GPUs idle now
-    cost: CostToDate
+class Range:
+    """The range's GPUs: per day as the ledger has them (allocated, used, idle) and, for those
+    who see the whole cluster, hour by hour with its capacity."""
+
+    days: tuple[IdleDay, ...]
     hourly: pl.DataFrame | None  # ts, capacity_gpus, allocated_gpus, used_gpus; None: tenant
-    inventory: pl.DataFrame | None  # gpu_model, health, gpus, capacity_gpus; None: tenant
 
 
 def _month_start(day: dt.date) -> dt.date:
@@ -65,10 +69,13 @@ def cost_to_date(filters: Filters, viewer: Viewer) -> CostToDate:
     return CostToDate(mtd.totals.total_cost, prev.totals.total_cost, mtd.currency)
 
 
-def _now(filters: Filters, viewer: Viewer, report: IdleReport) -> Now:
+def now(filters: Filters, viewer: Viewer) -> Now:
+    """The GPUs held, used and idle at the ledger's instant in the viewer's jobs (and the
+    cluster's capacity for those who see it); the range plays no part."""
     ctx = context.get()
+    at = ctx.ledger_now()
     scope = viewer.scope(filters.tenant)
-    held = open_holds(ctx.wh, ctx.ledger_now(), cluster=cluster_of(filters), tenant=scope or "")
+    held = open_holds(ctx.wh, at, cluster=cluster_of(filters), tenant=scope or "")
     for column in ("pool", "gpu_model"):
         if getattr(filters, column):
             held = held.filter(pl.col(column) == getattr(filters, column))
@@ -76,16 +83,19 @@ def _now(filters: Filters, viewer: Viewer, report: IdleReport) -> Now:
     used = float((measured["fraction"] * measured["util_mean"]).sum()) if measured.height else None
     capacity = healthy = None
     if scope is None:
-        inventory = _inventory(filters)
-        capacity = float(inventory["capacity_gpus"].sum())
-        healthy = float(inventory.filter(pl.col("health") == "healthy")["capacity_gpus"].sum())
+        fleet_now = _inventory(filters)
+        capacity = float(fleet_now["capacity_gpus"].sum())
+        healthy = float(fleet_now.filter(pl.col("health") == "healthy")["capacity_gpus"].sum())
+    idle = idle_answers.now(filters, viewer)
     return Now(
+        at=at,
         capacity_gpus=capacity,
         healthy_gpus=healthy,
         allocated_gpus=float(held["fraction"].sum()),
         used_gpus=used,
-        idle_gpus=sum(r.fraction for r in report.now),
-        idle_cost=sum((r.cost or Decimal(0) for r in report.now), Decimal(0)),
+        idle_gpus=sum(r.fraction for r in idle),
+        idle_cost=sum((r.cost or Decimal(0) for r in idle), Decimal(0)),
+        currency=ctx.currency,
     )
 
 
@@ -95,13 +105,18 @@ def _inventory(filters: Filters) -> pl.DataFrame:
     )
 
 
-def overview(filters: Filters, viewer: Viewer) -> Overview:
-    """Everything the overview shows but its findings, for ``viewer``."""
+def inventory(filters: Filters, viewer: Viewer) -> pl.DataFrame | None:
+    """The inventory now by model and health; None for a tenant viewer (the cluster's)."""
+    if viewer.scope(filters.tenant) is not None:
+        return None
+    return _inventory(filters)
+
+
+def over_range(filters: Filters, viewer: Viewer) -> Range:
+    """The range's days for ``viewer`` and, for those who see the cluster, its hours."""
     ctx = context.get()
-    scope = viewer.scope(filters.tenant)
-    report = idle_answers.report(filters, viewer)
-    hourly = inventory = None
-    if scope is None:
+    hourly = None
+    if viewer.scope(filters.tenant) is None:
         window = filters.window
         hourly = fleet.fleet_hourly(
             ctx.wh,
@@ -111,13 +126,4 @@ def overview(filters: Filters, viewer: Viewer) -> Overview:
             pool=filters.pool,
             gpu_model=filters.gpu_model,
         )
-        inventory = _inventory(filters)
-    return Overview(
-        scope=scope,
-        at=ctx.ledger_now(),
-        now=_now(filters, viewer, report),
-        idle=report,
-        cost=cost_to_date(filters, viewer),
-        hourly=hourly,
-        inventory=inventory,
-    )
+    return Range(idle_answers.report(filters, viewer).days, hourly)

@@ -2,7 +2,8 @@
 and over the range, cost this month against the same days of last month, and the inventory.
 
 It reads the shared filters (``filters-state``). A tenant viewer sees its own figures alone:
-no capacity, no inventory, no other tenant (:mod:`dashboards.answers.overview`).
+no capacity, no inventory, no other tenant (:mod:`dashboards.answers.overview`). Each part
+has its own callback, so the browser asks for them side by side and each shows when ready.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from typing import Any
 
 import dash
 import plotly.graph_objects as go
+import polars as pl
 from dash import Input, Output, callback, dcc, html
 
 from dashboards import widgets
-from dashboards.answers.findings import Finding, top_findings
-from dashboards.answers.overview import Overview, overview
+from dashboards.answers import idle as idle_answers
+from dashboards.answers.findings import CostToDate, Finding, top_findings
+from dashboards.answers.overview import Now, Range, cost_to_date, now, over_range
+from dashboards.answers.overview import inventory as fleet_inventory
 from dashboards.context import Forbidden, Viewer, ask
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
@@ -30,18 +34,15 @@ def layout(**_query: str) -> html.Div:
             html.H3("What stands out"),
             dcc.Loading(html.Ol(id="overview-findings", className="findings")),
             dcc.Loading(html.Div(id="overview-kpis", className="kpis")),
-            html.Div(id="overview-cost", className="kpis"),
+            dcc.Loading(html.Div(id="overview-cost", className="kpis")),
+            dcc.Loading(html.Div(id="overview-range", className="kpis")),
             dcc.Loading(dcc.Graph(id="overview-timeseries")),
-            html.Div(id="overview-inventory"),
+            dcc.Loading(html.Div(id="overview-inventory")),
         ]
     )
 
 
-def kpis(o: Overview) -> list[html.Div]:
-    n, days = o.now, o.idle.days
-    held = sum(d.allocated_gpu_hours for d in days)
-    used = sum(d.used_gpu_hours or 0.0 for d in days)
-    idle = sum(d.idle_gpu_hours or 0.0 for d in days)
+def kpis(n: Now) -> list[html.Div]:
     tiles = []
     if n.capacity_gpus is not None:
         tiles.append(
@@ -52,22 +53,29 @@ def kpis(o: Overview) -> list[html.Div]:
         )  # fmt: skip
     tiles += [
         widgets.kpi(
-            "GPUs allocated now", widgets.gpus(n.allocated_gpus), f"as of {widgets.when(o.at)}"
+            "GPUs allocated now", widgets.gpus(n.allocated_gpus), f"as of {widgets.when(n.at)}"
         ),
         widgets.kpi("GPUs' worth used now", widgets.gpus(n.used_gpus), "last 10 min"),
         widgets.kpi(
             "GPUs idle in jobs now", widgets.gpus(n.idle_gpus),
-            f"{widgets.money(n.idle_cost, o.cost.currency)} so far",
+            f"{widgets.money(n.idle_cost, n.currency)} so far",
         ),
-        widgets.kpi("GPU-hours held in range", f"{held:,.1f}"),
-        widgets.kpi("used", f"{used:,.1f}", f"{used / held:.0%} of held" if held else ""),
-        widgets.kpi("idle", f"{idle:,.1f}", f"{idle / held:.0%} of held" if held else ""),
     ]  # fmt: skip
     return tiles
 
 
-def cost(o: Overview) -> list[html.Div]:
-    c = o.cost
+def range_kpis(r: Range) -> list[html.Div]:
+    held = sum(d.allocated_gpu_hours for d in r.days)
+    used = sum(d.used_gpu_hours or 0.0 for d in r.days)
+    idle = sum(d.idle_gpu_hours or 0.0 for d in r.days)
+    return [
+        widgets.kpi("GPU-hours held in range", f"{held:,.1f}"),
+        widgets.kpi("used", f"{used:,.1f}", f"{used / held:.0%} of held" if held else ""),
+        widgets.kpi("idle", f"{idle:,.1f}", f"{idle / held:.0%} of held" if held else ""),
+    ]
+
+
+def cost(c: CostToDate) -> list[html.Div]:
     change = (
         f"{(c.month_to_date - c.same_days_before) / c.same_days_before:+.0%} against "
         if c.same_days_before
@@ -82,11 +90,11 @@ def cost(o: Overview) -> list[html.Div]:
     ]  # fmt: skip
 
 
-def timeseries(o: Overview) -> go.Figure:
+def timeseries(o: Range) -> go.Figure:
     """The whole cluster hour by hour (for those who see it), or the viewer's own GPUs day by
     day; idle is per day (the ledger's days)."""
     fig = widgets.figure(height=380, yaxis={"title": "GPUs"})
-    days = [d.day for d in o.idle.days]
+    days = [d.day for d in o.days]
     if o.hourly is not None:
         x = o.hourly["ts"].to_list()
         for column, name in (
@@ -97,21 +105,19 @@ def timeseries(o: Overview) -> go.Figure:
             shape = {"shape": "hv"} if column == "capacity_gpus" else {}
             fig.add_scatter(x=x, y=o.hourly[column].to_list(), name=name, mode="lines", line=shape)
     else:
-        fig.add_scatter(
-            x=days, y=[d.allocated_gpu_hours / 24 for d in o.idle.days], name="Allocated"
-        )
-        fig.add_scatter(x=days, y=[(d.used_gpu_hours or 0) / 24 for d in o.idle.days], name="Used")
+        fig.add_scatter(x=days, y=[d.allocated_gpu_hours / 24 for d in o.days], name="Allocated")
+        fig.add_scatter(x=days, y=[(d.used_gpu_hours or 0) / 24 for d in o.days], name="Used")
     fig.add_scatter(
         x=days,
-        y=[(d.idle_gpu_hours or 0) / 24 for d in o.idle.days],
+        y=[(d.idle_gpu_hours or 0) / 24 for d in o.days],
         name="Idle (mean of the day)",
         line={"shape": "hv", "dash": "dot", "color": "#d9534f"},
     )
     return fig
 
 
-def inventory(o: Overview) -> Any:
-    if o.inventory is None:
+def inventory(fleet_now: pl.DataFrame | None) -> Any:
+    if fleet_now is None:
         return ""
     return html.Div(
         [
@@ -120,7 +126,7 @@ def inventory(o: Overview) -> Any:
                 [html.Tr([html.Th(h) for h in ("GPU model", "Health", "GPUs")])]
                 + [
                     html.Tr([html.Td(r["gpu_model"]), html.Td(r["health"]), html.Td(r["gpus"])])
-                    for r in o.inventory.iter_rows(named=True)
+                    for r in fleet_now.iter_rows(named=True)
                 ],
                 className="inventory",
                 id="overview-inventory-table",
@@ -136,26 +142,68 @@ def findings(found: list[Finding]) -> list[html.Li]:
     return [html.Li(f.text, className=f"finding finding-{f.kind}") for f in found]
 
 
-def _answers(filters: Filters, who: Viewer) -> tuple[Overview, list[Finding]]:
-    """The overview and its findings, one answer (the findings read the overview's idle GPUs)."""
-    o = overview(filters, who)
-    return o, top_findings(filters, who, idle_now=o.idle.now, cost=o.cost)
+def _findings(filters: Filters, who: Viewer) -> list[Finding]:
+    """The findings of the moment; the GPUs idle now and the month's cost as the tiles have
+    them (one answer each, computed once when the server keeps answers)."""
+    idle_now = ask(idle_answers.now, filters, who)
+    return top_findings(filters, who, idle_now=idle_now, cost=ask(cost_to_date, filters, who))
 
 
 @callback(
     Output("overview-message", "children"),
-    Output("overview-findings", "children"),
     Output("overview-kpis", "children"),
-    Output("overview-cost", "children"),
-    Output("overview-timeseries", "figure"),
-    Output("overview-inventory", "children"),
     Input("filters-state", "data"),
 )
-def _refresh(state: str | None) -> tuple[Any, ...]:
-    """The overview for the viewer and the shared filters."""
+def _now(state: str | None) -> tuple[Any, Any]:
+    """The GPUs now; a refusal of the filters is said here, once for the page."""
     try:
         filters, who = widgets.asked(state)
-        o, found = ask(_answers, filters, who)
+        n = ask(now, filters, who)
     except (Forbidden, InputError) as exc:
-        return widgets.refusal(exc), [], [], [], widgets.blank(str(exc)), ""
-    return "", findings(found), kpis(o), cost(o), timeseries(o), inventory(o)
+        return widgets.refusal(exc), []
+    return "", kpis(n)
+
+
+@callback(
+    Output("overview-range", "children"),
+    Output("overview-timeseries", "figure"),
+    Input("filters-state", "data"),
+)
+def _range(state: str | None) -> tuple[Any, go.Figure]:
+    """The range's GPU-hours and the chart of them."""
+    try:
+        filters, who = widgets.asked(state)
+        r = ask(over_range, filters, who)
+    except (Forbidden, InputError) as exc:
+        return [], widgets.blank(str(exc))
+    return range_kpis(r), timeseries(r)
+
+
+@callback(Output("overview-cost", "children"), Input("filters-state", "data"))
+def _cost(state: str | None) -> Any:
+    """This month's cost so far against the same days of the month before."""
+    try:
+        filters, who = widgets.asked(state)
+        return cost(ask(cost_to_date, filters, who))
+    except (Forbidden, InputError):
+        return []
+
+
+@callback(Output("overview-findings", "children"), Input("filters-state", "data"))
+def _found(state: str | None) -> Any:
+    """The top findings of the moment in words."""
+    try:
+        filters, who = widgets.asked(state)
+        return findings(ask(_findings, filters, who))
+    except (Forbidden, InputError):
+        return []
+
+
+@callback(Output("overview-inventory", "children"), Input("filters-state", "data"))
+def _inventory(state: str | None) -> Any:
+    """The inventory now, for those who see the cluster."""
+    try:
+        filters, who = widgets.asked(state)
+        return inventory(ask(fleet_inventory, filters, who))
+    except (Forbidden, InputError):
+        return ""

@@ -8,7 +8,8 @@ has its own callback, so the browser asks for them side by side and each shows w
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import dash
 import plotly.graph_objects as go
@@ -23,6 +24,8 @@ from dashboards.answers.overview import inventory as fleet_inventory
 from dashboards.context import Forbidden, Viewer, ask
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
+
+T = TypeVar("T")
 
 dash.register_page(__name__, path="/", name="Overview", title="gpuledger — fleet overview")
 
@@ -179,31 +182,31 @@ def _range(state: str | None) -> tuple[Any, go.Figure]:
     return range_kpis(r), timeseries(r)
 
 
+def _part(
+    state: str | None, answer: Callable[[Filters, Viewer], T], show: Callable[[T], Any]
+) -> Any:
+    """One part of the page shown from its answer; a refused request shows nothing here (the
+    GPUs-now callback says why)."""
+    try:
+        filters, who = widgets.asked(state)
+        return show(ask(answer, filters, who))
+    except (Forbidden, InputError):
+        return []
+
+
 @callback(Output("overview-cost", "children"), Input("filters-state", "data"))
 def _cost(state: str | None) -> Any:
     """This month's cost so far against the same days of the month before."""
-    try:
-        filters, who = widgets.asked(state)
-        return cost(ask(cost_to_date, filters, who))
-    except (Forbidden, InputError):
-        return []
+    return _part(state, cost_to_date, cost)
 
 
 @callback(Output("overview-findings", "children"), Input("filters-state", "data"))
 def _found(state: str | None) -> Any:
     """The top findings of the moment in words."""
-    try:
-        filters, who = widgets.asked(state)
-        return findings(ask(_findings, filters, who))
-    except (Forbidden, InputError):
-        return []
+    return _part(state, _findings, findings)
 
 
 @callback(Output("overview-inventory", "children"), Input("filters-state", "data"))
 def _inventory(state: str | None) -> Any:
     """The inventory now, for those who see the cluster."""
-    try:
-        filters, who = widgets.asked(state)
-        return inventory(ask(fleet_inventory, filters, who))
-    except (Forbidden, InputError):
-        return ""
+    return _part(state, fleet_inventory, inventory)

@@ -246,6 +246,8 @@ def test_a_kept_tail_answers_the_live_hours_as_of_its_instant_alone(ingest: Inge
         assert_frame_equal(_sorted(_rows(wh, T, end)), _sorted(want_rows))
         _same(_figures(wh, T, end), want)
         assert kept.served == 2
+        # today's sealed hours were checked against the pass's fingerprints, not asked again
+        assert kept.fingerprints_served == 2
         got = idle_report(wh, Window(T, end), now=NOW, idle=idle_rule(), prices=_prices(wh))
         assert [(d.day, d.idle_cost) for d in got.days] == [
             (d.day, d.idle_cost) for d in idle_days.days

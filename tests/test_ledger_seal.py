@@ -30,6 +30,7 @@ from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
 from warehouse.ledger import seal
+from warehouse.ledger.tail import LiveTail
 
 D0 = recent(dt.datetime(2026, 11, 2, tzinfo=dt.UTC), margin=dt.timedelta(days=4))
 DAY = dt.timedelta(days=1)
@@ -317,3 +318,32 @@ def test_sealed_days_change_no_figure_of_a_random_cluster(
             assert getattr(got, figure) == pytest.approx(getattr(row, figure), abs=1e-6), key
         assert abs(got.total_cost - row.total_cost) <= Decimal("0.01"), key
     assert ledgers[0].totals.capacity_cost == ledgers[1].totals.capacity_cost
+
+
+def test_a_kept_tail_checks_the_sealed_days_as_of_its_pass(ingest: Ingestor) -> None:
+    """The server's live tail keeps the sealed days' fingerprints of its pass: a page's read as
+    of that instant checks its sealed days against them (the same as asking, day by day or
+    over any span), and a late sample shows from the next pass on."""
+    wh = ingest.wh
+    _seal(wh)
+    at = D3 + dt.timedelta(hours=2)
+    rule = idle_rule()
+    kept = LiveTail(wh, rule, every_s=60, clock=lambda: at)
+    tail = kept.refresh()
+    d0, d3 = seal.day_number(D0), seal.day_number(D3)
+    asked = seal.fingerprints(wh, d0, d3, rule)
+    assert len(asked) == 3 and {d: tail.fingerprints[d] for d in asked} == asked
+    assert all(seal.fingerprints(wh, d, d + 1, rule) == {d: asked[d]} for d in asked)
+    with kept.offered():
+        _same(_figures(wh, D0, D3, now=at), EXPECT)
+        assert kept.fingerprints_served == 1
+        late = _samples([h(36 + 10 / 60) + dt.timedelta(seconds=30)], util=0.9)
+        assert ingest.write_samples(late.filter(pl.col("gpu_uuid") == "G1")).quarantined_total == 0
+        _same(_figures(wh, D0, D3, now=at), EXPECT)  # as of the pass: the seal holds for it
+        assert kept.fingerprints_served == 2
+        minute = (0.8 + 0.9) / 2 - 0.8
+        want = {**EXPECT, "t-jC": (1 / 3, 0.8 / 3 + minute / 60, 0.0)}
+        _same(_figures(wh, D0, D3, now=at + dt.timedelta(seconds=1)), want)  # another instant
+        kept.refresh()
+        _same(_figures(wh, D0, D3, now=at), want)  # the next pass sees it
+        assert kept.fingerprints_served == 3

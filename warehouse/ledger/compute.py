@@ -61,7 +61,7 @@ from warehouse.ledger.result import (
     grouping_keys,
 )
 from warehouse.ledger.seal import usage_with_seals
-from warehouse.ledger.tail import tail_first
+from warehouse.ledger.tail import kept_fingerprints, tail_first
 from warehouse.ledger.usage import SOURCES, capacity_frame, live_usage_frame
 
 
@@ -92,7 +92,14 @@ def usage_frame(
         return live(window.start, window.end)
     kept_first = tail_first(live, wh, now=now, idle=idle, cluster=cluster)
     return usage_with_seals(
-        wh, kept_first, window.start, window.end, now=now, cluster=cluster, idle=idle
+        wh,
+        kept_first,
+        window.start,
+        window.end,
+        now=now,
+        cluster=cluster,
+        idle=idle,
+        prints=kept_fingerprints(wh, now=now, idle=idle),
     )
 
 

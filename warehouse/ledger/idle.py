@@ -30,7 +30,7 @@ from warehouse.ledger.compute import in_tenant
 from warehouse.ledger.pricing import CENT, PriceBook, ms_to_hours, price_segments, priced_ms
 from warehouse.ledger.result import GROUPINGS, IdleRule, LedgerError, Window
 from warehouse.ledger.seal import usage_with_seals
-from warehouse.ledger.tail import kept_idle_now, tail_first
+from warehouse.ledger.tail import kept_fingerprints, kept_idle_now, tail_first
 from warehouse.ledger.usage import live_usage_frame
 
 _DAY = dt.timedelta(days=1)
@@ -262,7 +262,10 @@ def daily_usage(
         return pl.concat(parts, how="vertical_relaxed")
 
     live = tail_first(by_day, wh, now=now, idle=idle, cluster=cluster)
-    return usage_with_seals(wh, live, window.start, window.end, now=now, cluster=cluster, idle=idle)
+    prints = kept_fingerprints(wh, now=now, idle=idle)
+    return usage_with_seals(
+        wh, live, window.start, window.end, now=now, cluster=cluster, idle=idle, prints=prints
+    )
 
 
 #: One usage row's idle cost with what it is summed by: (day, cluster, job_id, cost).

@@ -75,6 +75,10 @@ SEAL_LAG = dt.timedelta(minutes=10)
 #: A live usage query for [start, end): ``(start, end) -> frame``.
 LiveUsage = Callable[[dt.datetime, dt.datetime], pl.DataFrame]
 
+#: Fingerprints kept elsewhere (the server's live tail): ``(d0, d1, cut)`` -> what
+#: :func:`fingerprints` gives for them, or None where they are not kept.
+KeptFingerprints = Callable[[int, int, dt.datetime | None], dict[int, tuple[int, int]] | None]
+
 
 @dataclasses.dataclass(frozen=True)
 class SealReport:
@@ -360,9 +364,11 @@ def usage_with_seals(
     now: dt.datetime,
     cluster: str,
     idle: IdleRule,
+    prints: KeptFingerprints | None = None,
 ) -> pl.DataFrame:
     """The usage rows of [start, end): sealed spans that hold read from ``ledger_days``, the
-    rest from ``live``. The sealed spans used are one run of whole days (the longest that
+    rest from ``live``; the sealed days are checked against the fingerprints ``prints`` keeps
+    where it has them. The sealed spans used are one run of whole days (the longest that
     holds), ended by the sealed hours of the day under way where they follow it, so at most two
     live queries remain, before and after it."""
     d0 = day_number(start - dt.timedelta(milliseconds=1)) + 1  # first midnight >= start
@@ -377,7 +383,10 @@ def usage_with_seals(
     cut = sealed[d1][4] if d1 in sealed else None
     if cut is not None and not cut < min(end, now):
         cut = None
-    current = fingerprints(wh, d0, d1 + (cut is not None), idle, cut=cut)
+    span = (d0, d1 + (cut is not None))
+    current = prints(*span, cut) if prints is not None else None
+    if current is None:
+        current = fingerprints(wh, *span, idle, cut=cut)
     good = [holds(sealed.get(d), current.get(d)) for d in range(d0, d1)]
     if cut is not None:
         good.append(holds(sealed.get(d1), current.get(d1), cut=cut))

@@ -8,7 +8,9 @@ tree), each the same rows. A :class:`LiveTail` computes those rows once, for eve
 of one instant, and keeps them until the next pass; a usage read whose live part is exactly
 that span, as of exactly that instant, takes them (its own cluster's rows) instead of asking
 the warehouse again. The GPUs idle in jobs' hands at that instant are kept alike, for every
-cluster and tenant.
+cluster and tenant, and so are the fingerprints that a read checks its sealed days against
+(:func:`~warehouse.ledger.seal.fingerprints`, this month's days and the month before's): data
+that arrives late shows from the next pass on.
 
 Nothing else changes: the rows are those the live query gives for the same arguments (a
 cluster's are the whole fleet's rows of that cluster, since ledger_usage.sql filters by cluster
@@ -34,11 +36,22 @@ from warehouse.analytics import idle as idle_runs
 from warehouse.analytics.tenancy import in_tenant
 from warehouse.client import Warehouse, WarehouseError
 from warehouse.ledger.result import IdleRule
-from warehouse.ledger.seal import LiveUsage, day_number, day_start, seals
+from warehouse.ledger.seal import (
+    KeptFingerprints,
+    LiveUsage,
+    day_number,
+    day_start,
+    fingerprints,
+    seals,
+)
 from warehouse.ledger.usage import live_usage_frame
 from warehouse.times import next_month
 
 log = logging.getLogger(__name__)
+
+#: The days before today whose fingerprints a pass keeps: this month and the whole of the
+#: one before, which the month over month reads.
+FINGERPRINT_DAYS = 62
 
 #: A kept tail older than this many passes is not offered (its refresher stopped or fell
 #: behind): the pages then read the clock and compute live, rather than show old figures.
@@ -59,6 +72,13 @@ class Tail:
     #: Every GPU idle in a job's hands at ``now`` (:func:`warehouse.analytics.idle.idle_now`
     #: of every cluster and tenant; one GPU's run never depends on who else is asked for).
     idle_now: pl.DataFrame
+    #: :func:`~warehouse.ledger.seal.fingerprints` as of ``now`` of the whole days from
+    #: ``first_day`` to yesterday, and of today up to ``cut`` (its seal's, when it has one):
+    #: what a usage read checks its sealed days against. A day's fingerprint depends on the
+    #: day alone, never on the span asked, so one pass serves every window within these days.
+    fingerprints: Mapping[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    first_day: int = 0
+    cut: dt.datetime | None = None
 
 
 class LiveTail:
@@ -78,6 +98,7 @@ class LiveTail:
         self.wh, self.idle, self.every_s, self.clock = wh, idle, every_s, clock
         self._tail: Tail | None = None
         self.served = 0  # reads (usage rows, GPUs idle now) answered from it
+        self.fingerprints_served = 0  # sealed days' checks answered from it
 
     def refresh(self) -> Tail:
         """Compute the tail as of the clock now, keep it and return it."""
@@ -94,7 +115,21 @@ class LiveTail:
             threshold_ratio=self.idle.threshold_ratio,
             min_duration_s=self.idle.min_duration_s,
         )
-        tail = Tail((self.wh.dsn, self.wh.database), self.idle, start, rows, now, idle_now)
+        first = d - FINGERPRINT_DAYS
+        prints = fingerprints(self.wh, first, d, self.idle)  # whole days: today's is cut
+        if cut is not None and cut <= now:
+            prints.update(fingerprints(self.wh, d, d + 1, self.idle, cut=cut))
+        tail = Tail(
+            (self.wh.dsn, self.wh.database),
+            self.idle,
+            start,
+            rows,
+            now,
+            idle_now,
+            prints,
+            first,
+            cut if cut is not None and cut <= now else None,
+        )
         self._tail = tail
         return tail
 
@@ -168,6 +203,27 @@ def kept_rows(
     return rows.filter(pl.col("cluster") == cluster) if cluster else rows
 
 
+def kept_fingerprints(wh: Warehouse, *, now: dt.datetime, idle: IdleRule) -> KeptFingerprints:
+    """:func:`~warehouse.ledger.seal.fingerprints` of days [d0, d1) (the last cut at ``cut``)
+    as of ``now`` from a kept tail as of exactly ``now`` that holds them all, or None (ask
+    the warehouse): what :func:`~warehouse.ledger.seal.usage_with_seals` checks against."""
+
+    def kept(d0: int, d1: int, cut: dt.datetime | None) -> dict[int, tuple[int, int]] | None:
+        def holds(t: Tail) -> bool:
+            today = day_number(t.now)
+            whole_until = d1 if cut is None else d1 - 1
+            if d0 < t.first_day or whole_until > today:
+                return False
+            return cut is None or (d1 - 1 == today and cut == t.cut)
+
+        tail = _kept(wh, now, idle, holds, counter="fingerprints_served")
+        if tail is None:
+            return None
+        return {d: fp for d, fp in tail.fingerprints.items() if d0 <= d < d1}
+
+    return kept
+
+
 def kept_idle_now(
     wh: Warehouse, at: dt.datetime, *, idle: IdleRule, cluster: str, tenant: str
 ) -> pl.DataFrame | None:
@@ -183,9 +239,15 @@ def kept_idle_now(
 
 
 def _kept(
-    wh: Warehouse, now: dt.datetime, idle: IdleRule, fits: Callable[[Tail], bool]
+    wh: Warehouse,
+    now: dt.datetime,
+    idle: IdleRule,
+    fits: Callable[[Tail], bool],
+    *,
+    counter: str = "served",
 ) -> Tail | None:
-    """The offered tail of ``wh`` as of ``now`` under ``idle`` that ``fits``, counted served."""
+    """The offered tail of ``wh`` as of ``now`` under ``idle`` that ``fits``, counted in its
+    source's ``counter``."""
     with _lock:
         offered = list(_offered)
     for source in offered:
@@ -199,7 +261,7 @@ def _kept(
         if not fits(tail):
             continue
         with _lock:
-            source.served += 1
+            setattr(source, counter, getattr(source, counter) + 1)
         return tail
     return None
 

@@ -24,6 +24,7 @@ from warehouse.ledger import (
     idle_report,
     load_price_book,
     seal_days,
+    usage_days,
 )
 
 RULE = IdleRule(0.05, 1800)
@@ -143,3 +144,18 @@ def test_each_day_of_the_report_is_that_days_ledger(simulated: Warehouse, sealed
         assert d.idle_gpu_hours == pytest.approx(one.idle_gpu_hours, abs=1e-9)
         assert d.used_gpu_hours == pytest.approx(one.used_gpu_hours)
     assert report.idle_gpu_hours > 0  # the simulated jobs leave some GPUs idle
+    # the days alone (the Overview's chart): the report's, nothing priced
+    days = usage_days(simulated, TWO_DAYS, now=NOW, idle=RULE)
+    assert [(u.day, u.allocated_gpu_hours, u.used_gpu_hours, u.idle_gpu_hours) for u in days] == [
+        (d.day, d.allocated_gpu_hours, d.used_gpu_hours, d.idle_gpu_hours) for d in report.days
+    ]
+    tenant = report.worst_jobs[0].tenant
+    mine = idle_report(simulated, TWO_DAYS, now=NOW, idle=RULE, prices=book, tenant=tenant)
+    assert (
+        [
+            u.allocated_gpu_hours
+            for u in usage_days(simulated, TWO_DAYS, now=NOW, idle=RULE, tenant=tenant)
+        ]
+        == [d.allocated_gpu_hours for d in mine.days]
+        != [d.allocated_gpu_hours for d in report.days]
+    )

@@ -26,7 +26,7 @@ from dashboards.context import Viewer
 from dashboards.filters import Filters
 from warehouse.analytics import fleet
 from warehouse.analytics.idle import open_holds
-from warehouse.ledger import IdleDay
+from warehouse.ledger import UsageDay, usage_days
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Range:
     """The range's GPUs: per day as the ledger has them (allocated, used, idle) and, for those
     who see the whole cluster, hour by hour with its capacity."""
 
-    days: tuple[IdleDay, ...]
+    days: tuple[UsageDay, ...]
     hourly: pl.DataFrame | None  # ts, capacity_gpus, allocated_gpus, used_gpus; None: tenant
 
 
@@ -126,4 +126,13 @@ def over_range(filters: Filters, viewer: Viewer) -> Range:
             pool=filters.pool,
             gpu_model=filters.gpu_model,
         )
-    return Range(idle_answers.report(filters, viewer).days, hourly)
+    days = usage_days(
+        ctx.wh,
+        filters.window,
+        now=ctx.ledger_now(),
+        idle=ctx.idle,
+        cluster=cluster_of(filters),
+        tenant=viewer.scope(filters.tenant),
+        only=idle_answers.only(filters),
+    )
+    return Range(days, hourly)

@@ -16,9 +16,11 @@ from warehouse.ledger.idle import (
     IdleJob,
     IdleNow,
     IdleReport,
+    UsageDay,
     idle_now,
     idle_report,
     priced_spans,
+    usage_days,
 )
 from warehouse.ledger.pricing import PriceBook, PriceEntry, load_price_book
 from warehouse.ledger.result import (
@@ -69,6 +71,7 @@ __all__ = [
     "SealReport",
     "UnallocatedLine",
     "UnpricedHours",
+    "UsageDay",
     "Window",
     "compute_ledger",
     "cost_breakdown",
@@ -82,5 +85,6 @@ __all__ = [
     "priced_spans",
     "seal_days",
     "start_sealer",
+    "usage_days",
     "why_cost",
 ]

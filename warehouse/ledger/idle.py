@@ -63,6 +63,17 @@ class IdleNow:
 
 
 @dataclasses.dataclass(frozen=True)
+class UsageDay:
+    """One day of the window: GPU-hours held, used and left idle (no cost: see
+    :class:`IdleDay`)."""
+
+    day: dt.date
+    allocated_gpu_hours: float
+    used_gpu_hours: float | None  # None: nothing measured that day
+    idle_gpu_hours: float | None
+
+
+@dataclasses.dataclass(frozen=True)
 class IdleDay:
     """One day of the window: GPU-hours held, used and left idle, and the cost of the idle."""
 
@@ -294,6 +305,15 @@ def _days(
     cost: dict[dt.date, Decimal] = defaultdict(Decimal)
     for day, _cluster, _job, c in costs:
         cost[day] += c
+    return tuple(
+        IdleDay(d.day, d.allocated_gpu_hours, d.used_gpu_hours, d.idle_gpu_hours,
+                cost[d.day].quantize(CENT))
+        for d in _usage_days(usage, window, until)
+    )  # fmt: skip
+
+
+def _usage_days(usage: pl.DataFrame, window: Window, until: dt.datetime) -> list[UsageDay]:
+    """Every day of ``window`` begun before ``until``, summed from ``usage`` (a ``day`` column)."""
     per_day = {
         r["day"]: r
         for r in usage.group_by("day")
@@ -310,16 +330,32 @@ def _days(
         r = per_day.get(day)
         measured = r is not None and r["measured"]
         out.append(
-            IdleDay(
+            UsageDay(
                 day,
                 r["allocated_gpu_ms"] / 3.6e6 if r else 0.0,
                 r["used_gpu_hours"] if r and measured else None,
                 r["idle_gpu_hours"] if r and measured else None,
-                cost[day].quantize(CENT),
             )
         )
         day += _DAY
-    return tuple(out)
+    return out
+
+
+def usage_days(
+    wh: Warehouse,
+    window: Window,
+    *,
+    now: dt.datetime,
+    idle: IdleRule,
+    cluster: str = "",
+    tenant: str | None = None,
+    only: Mapping[str, str] | None = None,
+) -> tuple[UsageDay, ...]:
+    """The days of :func:`idle_report` without their cost (nothing priced): GPU-hours held,
+    used and idle per day of ``window``, of ``cluster`` as ``tenant`` sees it."""
+    usage = _keep(daily_usage(wh, window, now=now, idle=idle, cluster=cluster), tenant, only)
+    usage = usage.with_columns(pl.col("s").dt.date().alias("day"))
+    return tuple(_usage_days(usage, window, window.until(now)))
 
 
 def _worst(usage: pl.DataFrame, costs: list[IdleCost], n: int) -> tuple[IdleJob, ...]:

@@ -115,24 +115,24 @@ def inventory(filters: Filters, viewer: Viewer) -> pl.DataFrame | None:
 def over_range(filters: Filters, viewer: Viewer) -> Range:
     """The range's days for ``viewer`` and, for those who see the cluster, its hours."""
     ctx = context.get()
+    at, scope, window = ctx.ledger_now(), viewer.scope(filters.tenant), filters.window
     hourly = None
-    if viewer.scope(filters.tenant) is None:
-        window = filters.window
+    if scope is None:
         hourly = fleet.fleet_hourly(
             ctx.wh,
             cluster_of(filters),
             window.start,
-            window.until(ctx.ledger_now()),
+            window.until(at),
             pool=filters.pool,
             gpu_model=filters.gpu_model,
         )
     days = usage_days(
         ctx.wh,
-        filters.window,
-        now=ctx.ledger_now(),
+        window,
+        now=at,
         idle=ctx.idle,
         cluster=cluster_of(filters),
-        tenant=viewer.scope(filters.tenant),
+        tenant=scope,
         only=idle_answers.only(filters),
     )
     return Range(days, hourly)

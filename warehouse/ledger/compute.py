@@ -60,8 +60,7 @@ from warehouse.ledger.result import (
     Window,
     grouping_keys,
 )
-from warehouse.ledger.seal import usage_with_seals
-from warehouse.ledger.tail import kept_fingerprints, tail_first
+from warehouse.ledger.tail import usage_kept_first
 from warehouse.ledger.usage import SOURCES, capacity_frame, live_usage_frame
 
 
@@ -90,17 +89,7 @@ def usage_frame(
     )
     if source != "rollup" or not sealed:
         return live(window.start, window.end)
-    kept_first = tail_first(live, wh, now=now, idle=idle, cluster=cluster)
-    return usage_with_seals(
-        wh,
-        kept_first,
-        window.start,
-        window.end,
-        now=now,
-        cluster=cluster,
-        idle=idle,
-        prints=kept_fingerprints(wh, now=now, idle=idle),
-    )
+    return usage_kept_first(wh, live, window.start, window.end, now=now, idle=idle, cluster=cluster)
 
 
 #: A line is one combination of every grouping's key. Costs are decided and rounded once per

@@ -29,8 +29,7 @@ from warehouse.client import Warehouse
 from warehouse.ledger.compute import in_tenant
 from warehouse.ledger.pricing import CENT, PriceBook, ms_to_hours, price_segments, priced_ms
 from warehouse.ledger.result import GROUPINGS, IdleRule, LedgerError, Window
-from warehouse.ledger.seal import usage_with_seals
-from warehouse.ledger.tail import kept_fingerprints, kept_idle_now, tail_first
+from warehouse.ledger.tail import kept_idle_now, usage_kept_first
 from warehouse.ledger.usage import live_usage_frame
 
 _DAY = dt.timedelta(days=1)
@@ -272,10 +271,8 @@ def daily_usage(
             t = day_end
         return pl.concat(parts, how="vertical_relaxed")
 
-    live = tail_first(by_day, wh, now=now, idle=idle, cluster=cluster)
-    prints = kept_fingerprints(wh, now=now, idle=idle)
-    return usage_with_seals(
-        wh, live, window.start, window.end, now=now, cluster=cluster, idle=idle, prints=prints
+    return usage_kept_first(
+        wh, by_day, window.start, window.end, now=now, idle=idle, cluster=cluster
     )
 
 

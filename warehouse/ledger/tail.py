@@ -43,6 +43,7 @@ from warehouse.ledger.seal import (
     day_start,
     fingerprints,
     seals,
+    usage_with_seals,
 )
 from warehouse.ledger.usage import live_usage_frame
 from warehouse.times import next_month
@@ -72,13 +73,13 @@ class Tail:
     #: Every GPU idle in a job's hands at ``now`` (:func:`warehouse.analytics.idle.idle_now`
     #: of every cluster and tenant; one GPU's run never depends on who else is asked for).
     idle_now: pl.DataFrame
-    #: :func:`~warehouse.ledger.seal.fingerprints` as of ``now`` of the whole days from
-    #: ``first_day`` to yesterday, and of today up to ``cut`` (its seal's, when it has one):
-    #: what a usage read checks its sealed days against. A day's fingerprint depends on the
-    #: day alone, never on the span asked, so one pass serves every window within these days.
-    fingerprints: Mapping[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
-    first_day: int = 0
-    cut: dt.datetime | None = None
+    #: :func:`~warehouse.ledger.seal.fingerprints` as of ``now`` of the
+    #: :data:`FINGERPRINT_DAYS` whole days before today, and of today up to ``cut`` (its
+    #: seal's, when it has one): what a usage read checks its sealed days against. A day's
+    #: fingerprint depends on the day alone, never on the span asked, so one pass serves
+    #: every window within these days.
+    fingerprints: Mapping[int, tuple[int, int]]
+    cut: dt.datetime | None
 
 
 class LiveTail:
@@ -106,7 +107,9 @@ class LiveTail:
         d = day_number(now)
         sealed = seals(self.wh, d, d + 1, self.idle).get(d)
         cut = sealed[4] if sealed is not None else None
-        start = cut if cut is not None and cut <= now else day_start(d)
+        if cut is not None and cut > now:
+            cut = None
+        start = cut if cut is not None else day_start(d)
         ends = {day_start(d + 1), next_month(now)}
         rows = {e: live_usage_frame(self.wh, start, e, now=now, idle=self.idle) for e in ends}
         idle_now = idle_runs.idle_now(
@@ -115,21 +118,11 @@ class LiveTail:
             threshold_ratio=self.idle.threshold_ratio,
             min_duration_s=self.idle.min_duration_s,
         )
-        first = d - FINGERPRINT_DAYS
-        prints = fingerprints(self.wh, first, d, self.idle)  # whole days: today's is cut
-        if cut is not None and cut <= now:
+        prints = fingerprints(self.wh, d - FINGERPRINT_DAYS, d, self.idle)  # today's is cut
+        if cut is not None:
             prints.update(fingerprints(self.wh, d, d + 1, self.idle, cut=cut))
-        tail = Tail(
-            (self.wh.dsn, self.wh.database),
-            self.idle,
-            start,
-            rows,
-            now,
-            idle_now,
-            prints,
-            first,
-            cut if cut is not None and cut <= now else None,
-        )
+        key = (self.wh.dsn, self.wh.database)
+        tail = Tail(key, self.idle, start, rows, now, idle_now, prints, cut)
         self._tail = tail
         return tail
 
@@ -212,7 +205,7 @@ def kept_fingerprints(wh: Warehouse, *, now: dt.datetime, idle: IdleRule) -> Kep
         def holds(t: Tail) -> bool:
             today = day_number(t.now)
             whole_until = d1 if cut is None else d1 - 1
-            if d0 < t.first_day or whole_until > today:
+            if d0 < today - FINGERPRINT_DAYS or whole_until > today:
                 return False
             return cut is None or (d1 - 1 == today and cut == t.cut)
 
@@ -266,13 +259,25 @@ def _kept(
     return None
 
 
-def tail_first(
-    live: LiveUsage, wh: Warehouse, *, now: dt.datetime, idle: IdleRule, cluster: str
-) -> LiveUsage:
-    """``live``, answering from a kept tail the spans it holds (:func:`kept_rows`)."""
+def usage_kept_first(
+    wh: Warehouse,
+    live: LiveUsage,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    now: dt.datetime,
+    idle: IdleRule,
+    cluster: str,
+) -> pl.DataFrame:
+    """:func:`~warehouse.ledger.seal.usage_with_seals` of [start, end) answering from a kept
+    tail what it holds: the live spans (:func:`kept_rows`) and the sealed days' fingerprints
+    (:func:`kept_fingerprints`)."""
 
-    def first_kept(start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
-        kept = kept_rows(wh, start, end, now=now, idle=idle, cluster=cluster)
-        return kept if kept is not None else live(start, end)
+    def first_kept(s: dt.datetime, e: dt.datetime) -> pl.DataFrame:
+        kept = kept_rows(wh, s, e, now=now, idle=idle, cluster=cluster)
+        return kept if kept is not None else live(s, e)
 
-    return first_kept
+    prints = kept_fingerprints(wh, now=now, idle=idle)
+    return usage_with_seals(
+        wh, first_kept, start, end, now=now, cluster=cluster, idle=idle, prints=prints
+    )

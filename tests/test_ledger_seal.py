@@ -347,3 +347,39 @@ def test_a_kept_tail_checks_the_sealed_days_as_of_its_pass(ingest: Ingestor) -> 
         kept.refresh()
         _same(_figures(wh, D0, D3, now=at), want)  # the next pass sees it
         assert kept.fingerprints_served == 3
+
+
+def test_a_kept_tail_holds_the_rows_of_the_seals_it_found(ingest: Ingestor) -> None:
+    """The live tail keeps the rows of its days' latest seals, read once per seal: a read as
+    of any instant takes them instead of asking, and a day sealed again is read from the
+    warehouse until a pass holds its new seal's rows."""
+    wh = ingest.wh
+    _seal(wh)
+    at = D3 + dt.timedelta(hours=2)
+    rule = idle_rule()
+    kept = LiveTail(wh, rule, every_s=60, clock=lambda: at)
+    tail = kept.refresh()
+    d0, d1, d3 = seal.day_number(D0), seal.day_number(D1), seal.day_number(D3)
+    latest = seal.seals(wh, d0, d3, rule)
+    assert set(tail.sealed_rows) == {s[0] for s in latest.values()}
+    assert {s[0]: tail.sealed_rows[s[0]].height for s in latest.values()} == {
+        s[0]: s[3] for s in latest.values()
+    }
+    assert sum(f.height for f in tail.sealed_rows.values()) == 2 + 3 + 1
+    later = at + dt.timedelta(seconds=1)  # not the pass's instant: the rows serve any
+    with kept.offered():
+        _same(_figures(wh, D0, D3, now=later), EXPECT)
+        assert kept.sealed_rows_served == 1
+        late = _samples([h(36 + 10 / 60) + dt.timedelta(seconds=30)], util=0.9)
+        assert ingest.write_samples(late.filter(pl.col("gpu_uuid") == "G1")).quarantined_total == 0
+        assert _seal(wh).sealed == (D1.date(),)
+        minute = (0.8 + 0.9) / 2 - 0.8
+        want = {**EXPECT, "t-jC": (1 / 3, 0.8 / 3 + minute / 60, 0.0)}
+        _same(_figures(wh, D0, D3, now=later), want)  # D1's new seal is not kept: asked
+        assert kept.sealed_rows_served == 1
+        again = kept.refresh()
+        resealed = seal.seals(wh, d1, d1 + 1, rule)[d1][0]
+        assert resealed in again.sealed_rows and latest[d1][0] not in again.sealed_rows
+        assert again.sealed_rows[latest[d0][0]] is tail.sealed_rows[latest[d0][0]]  # read once
+        _same(_figures(wh, D0, D3, now=later), want)
+        assert kept.sealed_rows_served == 2

@@ -420,9 +420,11 @@ def priced_inputs(
         wh, window, now=now, idle=idle, cluster=cluster, source=source, sealed=sealed
     )
     capacity = capacity_frame(wh, window.start, window.end, now=now, cluster=cluster)
-    pairs = set(zip(usage["gpu_model"], usage["pool"], strict=True)) | set(
-        zip(capacity["gpu_model"], capacity["pool"], strict=True)
-    )
+    pairs = {
+        pair
+        for frame in (usage, capacity)
+        for pair in frame.select("gpu_model", "pool").unique().iter_rows()
+    }
     return usage, capacity, price_segments(prices, pairs, window.start, window.end)
 
 

@@ -79,6 +79,10 @@ LiveUsage = Callable[[dt.datetime, dt.datetime], pl.DataFrame]
 #: :func:`fingerprints` gives for them, or None where they are not kept.
 KeptFingerprints = Callable[[int, int, dt.datetime | None], dict[int, tuple[int, int]] | None]
 
+#: Sealed rows kept elsewhere (the server's live tail): seal ids -> every cluster's rows of
+#: those seals (what :func:`sealed_rows` gives for each), or None where it does not hold them all.
+KeptSealedRows = Callable[[list[int]], pl.DataFrame | None]
+
 
 @dataclasses.dataclass(frozen=True)
 class SealReport:
@@ -365,12 +369,14 @@ def usage_with_seals(
     cluster: str,
     idle: IdleRule,
     prints: KeptFingerprints | None = None,
+    kept_rows: KeptSealedRows | None = None,
 ) -> pl.DataFrame:
-    """The usage rows of [start, end): sealed spans that hold read from ``ledger_days``, the
-    rest from ``live``; the sealed days are checked against the fingerprints ``prints`` keeps
-    where it has them. The sealed spans used are one run of whole days (the longest that
-    holds), ended by the sealed hours of the day under way where they follow it, so at most two
-    live queries remain, before and after it."""
+    """The usage rows of [start, end): sealed spans that hold read from ``ledger_days`` (or
+    taken from ``kept_rows`` where it holds those seals), the rest from ``live``; the sealed
+    days are checked against the fingerprints ``prints`` keeps where it has them. The sealed
+    spans used are one run of whole days (the longest that holds), ended by the sealed hours
+    of the day under way where they follow it, so at most two live queries remain, before and
+    after it."""
     d0 = day_number(start - dt.timedelta(milliseconds=1)) + 1  # first midnight >= start
     # the last midnight at or before the end, or before now: days to come are not sealed yet
     d1 = day_number(min(end, now))
@@ -400,20 +406,36 @@ def usage_with_seals(
     if lives == 2 and rows < _LIVE_QUERY_ROWS:
         return live(start, end)
     ids = [sealed[d][0] for d in range(d0 + r0, d0 + r1) if d in sealed]
-    window = {"day0": first.date(), "day1": day_start(d0 + r1).date(), "seals": ids}
-    kept = queries.run(wh, "ledger_sealed_usage", cluster=cluster, **window)
-    # counted after reading (a deletion is for good): a seal replaced since it was picked has
-    # lost its rows, and those days are computed live
-    found = kept.height if not cluster else queries.run(wh, "ledger_sealed_count", **window)[0, 0]
-    if found != rows:
-        log.info("days were sealed again while being read (%d of %d sealed rows)", found, rows)
-        return live(start, end)
+    held = kept_rows(ids) if kept_rows is not None else None
+    if held is not None:  # a seal's rows never change, and these were counted when read
+        kept = held.filter(pl.col("cluster") == cluster) if cluster else held
+    else:
+        window = {"day0": first.date(), "day1": day_start(d0 + r1).date(), "seals": ids}
+        kept = queries.run(wh, "ledger_sealed_usage", cluster=cluster, **window)
+        # counted after reading (a deletion is for good): a seal replaced since it was picked
+        # has lost its rows, and those days are computed live
+        found = (
+            kept.height if not cluster else queries.run(wh, "ledger_sealed_count", **window)[0, 0]
+        )
+        if found != rows:
+            log.info("days were sealed again while being read (%d of %d sealed rows)", found, rows)
+            return live(start, end)
     head = live(start, first) if start < first else None
     tail = live(last, end) if last < end else None
     if last != day_start(d0 + r1) and tail is not None:
         kept = _ended_since(kept, tail, last)
     parts = [p for p in (head, kept, tail) if p is not None]
     return pl.concat(parts, how="vertical_relaxed")
+
+
+def sealed_rows(wh: Warehouse, d: int, seal: Seal) -> pl.DataFrame | None:
+    """Every cluster's usage rows of day ``d`` under ``seal`` (as a usage read takes them), or
+    None when the seal was replaced while they were read (it then lost its rows)."""
+    day = day_start(d).date()
+    rows = queries.run(
+        wh, "ledger_sealed_usage", cluster="", day0=day, day1=day + _DAY, seals=[seal[0]]
+    )
+    return rows if rows.height == seal[3] else None
 
 
 def _ended_since(kept: pl.DataFrame, tail: pl.DataFrame, cut: dt.datetime) -> pl.DataFrame:

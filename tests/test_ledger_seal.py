@@ -30,7 +30,9 @@ from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
 from warehouse.ledger import seal
+from warehouse.ledger.cost_change import why_cost
 from warehouse.ledger.tail import LiveTail
+from warehouse.times import month_start, next_month, same_days_before
 
 D0 = recent(dt.datetime(2026, 11, 2, tzinfo=dt.UTC), margin=dt.timedelta(days=4))
 DAY = dt.timedelta(days=1)
@@ -383,3 +385,26 @@ def test_a_kept_tail_holds_the_rows_of_the_seals_it_found(ingest: Ingestor) -> N
         assert again.sealed_rows[latest[d0][0]] is tail.sealed_rows[latest[d0][0]]  # read once
         _same(_figures(wh, D0, D3, now=later), want)
         assert kept.sealed_rows_served == 2
+
+
+def test_a_kept_tail_holds_the_hours_the_month_over_month_cuts_last_month_at(
+    ingest: Ingestor,
+) -> None:
+    """A month over month as of the tail's instant compares with the month before cut at the
+    same point (D1 in the morning here): the tail has that day's hours before the cut, and the
+    comparison is the one computed without it."""
+    wh = ingest.wh
+    _seal(wh)
+    first = next_month(D1)
+    at = first + (D1 - month_start(D1)) + dt.timedelta(hours=5)
+    cut = same_days_before(at)
+    assert D1 < cut < D1 + dt.timedelta(hours=5)
+    rule = idle_rule()
+    want = why_cost(wh, f"{at:%Y-%m}", now=at, idle=rule, cluster="c1").to_json()
+    kept = LiveTail(wh, rule, every_s=60, clock=lambda: at)
+    assert (D1, cut) in kept.refresh().rows
+    with kept.offered():
+        got = why_cost(wh, f"{at:%Y-%m}", now=at, idle=rule, cluster="c1").to_json()
+        assert kept.served == 1 + (at.day == 1)  # and this month's, all today's on its 1st
+    assert got == want
+    assert got["previous"]["gpu_hours"] > 0  # jA's and jB's hours up to the cut

@@ -25,8 +25,32 @@ LAST_DAY = END_INSTANT.date() - dt.timedelta(days=1)
 
 def next_month(t: dt.datetime) -> dt.datetime:
     """Midnight UTC of the first day of the month after ``t``'s (where a month's window ends)."""
-    first = dt.datetime(t.year, t.month, 1, tzinfo=dt.UTC)
-    return (first + dt.timedelta(days=32)).replace(day=1)
+    return (month_start(t) + dt.timedelta(days=32)).replace(day=1)
+
+
+def month_start(t: dt.datetime) -> dt.datetime:
+    """Midnight UTC of the first day of ``t``'s month."""
+    return dt.datetime(t.year, t.month, 1, tzinfo=dt.UTC)
+
+
+def month_days(first: dt.datetime, until: dt.datetime) -> float:
+    """The days from a month's first midnight ``first`` to ``until``, to the thousandth (about
+    a minute and a half): how much of a month not over yet a month over month compares."""
+    return round((until - first) / dt.timedelta(days=1), 3)
+
+
+def first_days_end(first: dt.datetime, days: float) -> dt.datetime:
+    """The end of the first ``days`` of the month from ``first``: at least an hour of it, at
+    most the whole month."""
+    whole = min(next_month(first), first + dt.timedelta(days=days))
+    return max(whole, first + dt.timedelta(hours=1))
+
+
+def same_days_before(now: dt.datetime) -> dt.datetime:
+    """Where the month before ``now``'s is cut to be compared with ``now``'s month so far: as
+    many of its first days as :func:`month_days` counts of this one."""
+    first = month_start(now)
+    return first_days_end(month_start(first - dt.timedelta(days=1)), month_days(first, now))
 
 
 def day(text: str, flag: str) -> dt.datetime:

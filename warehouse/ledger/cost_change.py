@@ -34,7 +34,7 @@ from warehouse.ledger.pricing import (
     round_conserving,
 )
 from warehouse.ledger.result import IdlePolicy, IdleRule, LedgerError, Window
-from warehouse.times import END_INSTANT, FIRST_INSTANT, next_month
+from warehouse.times import END_INSTANT, FIRST_INSTANT, first_days_end, month_days, next_month
 
 _CENT = Decimal("0.01")
 
@@ -231,8 +231,7 @@ def month_cost(
     whole_month = month_window(month)
     window = whole_month
     if days is not None:
-        cut = min(whole_month.end, whole_month.start + dt.timedelta(days=days))
-        window = Window(whole_month.start, max(cut, whole_month.start + dt.timedelta(hours=1)))
+        window = Window(whole_month.start, first_days_end(whole_month.start, days))
     idle = idle or IdleRule()
     usage, capacity, segments = priced_inputs(
         wh, window, now=now, idle=idle, prices=prices, cluster=cluster
@@ -266,7 +265,6 @@ def month_cost(
     gpu_hours = {m: float(h) for m, h in hours.iter_rows()}
     for model in gpu_hours:
         direct.setdefault(model, Decimal(0))
-    covered = (window.until(now) - window.start) / dt.timedelta(days=1)
     unmeasured = usage["allocated_gpu_ms"] / 3.6e6 - usage["measured_gpu_hours"]
     return MonthCost(
         month,
@@ -275,7 +273,7 @@ def month_cost(
         shared,
         float(usage["idle_gpu_hours"].sum() or 0.0),
         total_cost=total,
-        days=round(covered, 3),
+        days=month_days(window.start, window.until(now)),
         days_in_month=(whole_month.end - whole_month.start).days,
         unmeasured_gpu_hours=max(0.0, float(unmeasured.sum() or 0.0)),
     )

@@ -51,7 +51,7 @@ from warehouse.ledger.seal import (
     usage_with_seals,
 )
 from warehouse.ledger.usage import live_usage_frame
-from warehouse.times import next_month
+from warehouse.times import next_month, same_days_before
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +66,16 @@ STALE_PASSES = 3
 
 @dataclasses.dataclass(frozen=True)
 class Tail:
-    """The usage rows of [start, end) of every cluster as of ``now``, per end (the live
-    query's own arguments: start today's sealed cut or midnight; end the next midnight, where
-    a window up to today ends, and the next month's first, where this month's ends)."""
+    """The usage rows of every cluster as of ``now``, per span [start, end) of a live query a
+    page asks: from today's sealed cut (``start``; midnight without one) to the next midnight,
+    where a window up to today ends, and to the next month's first, where this month's ends;
+    and the hours of the month before's day where its month over month cuts it
+    (:func:`~warehouse.times.same_days_before`), when that is not a midnight."""
 
     warehouse: tuple[str, str]  # (dsn, database)
     idle: IdleRule
     start: dt.datetime
-    rows: Mapping[dt.datetime, pl.DataFrame]
+    rows: Mapping[tuple[dt.datetime, dt.datetime], pl.DataFrame]
     now: dt.datetime
     #: Every GPU idle in a job's hands at ``now`` (:func:`warehouse.analytics.idle.idle_now`
     #: of every cluster and tenant; one GPU's run never depends on who else is asked for).
@@ -120,8 +122,11 @@ class LiveTail:
         if cut is not None and cut > now:
             cut = None
         start = cut if cut is not None else day_start(d)
-        ends = {day_start(d + 1), next_month(now)}
-        rows = {e: live_usage_frame(self.wh, start, e, now=now, idle=self.idle) for e in ends}
+        spans = {(start, day_start(d + 1)), (start, next_month(now))}
+        before = same_days_before(now)
+        if before != day_start(day_number(before)):
+            spans.add((day_start(day_number(before)), before))
+        rows = {(s, e): live_usage_frame(self.wh, s, e, now=now, idle=self.idle) for s, e in spans}
         idle_now = idle_runs.idle_now(
             self.wh,
             now,
@@ -207,10 +212,10 @@ def kept_rows(
 ) -> pl.DataFrame | None:
     """The live usage rows of [start, end) of ``cluster`` ('' for all) as of ``now`` from a
     kept tail computed with exactly these arguments, or None (compute them live)."""
-    tail = _kept(wh, now, idle, lambda t: t.start == start and end in t.rows)
+    tail = _kept(wh, now, idle, lambda t: (start, end) in t.rows)
     if tail is None:
         return None
-    rows = tail.rows[end]
+    rows = tail.rows[(start, end)]
     return rows.filter(pl.col("cluster") == cluster) if cluster else rows
 
 

@@ -20,7 +20,7 @@ from dashboards.app import create_app
 from dashboards.context import Viewer
 from warehouse.analytics.explain import why_tenant
 from warehouse.client import Warehouse
-from warehouse.ledger import Ledger
+from warehouse.ledger import Ledger, Window, job_costs
 
 NOW = dt.datetime(2026, 3, 4, 12, tzinfo=dt.UTC)
 STATE = "?from=2026-03-03&to=2026-03-04"
@@ -158,6 +158,42 @@ def test_a_tenants_jobs_add_up_to_its_ledger_row(fleet: Warehouse, by_tenant: Le
     user = jobs[0]["user"]
     theirs = _jobs(client, {"tenant": row.key, "user": user})["tenants-jobs"]["rowData"]
     assert theirs and {j["user"] for j in theirs} == {user} and len(theirs) <= len(jobs)
+
+
+def test_the_api_lists_each_job_as_the_ledger_has_it(fleet: Warehouse, orgs: list[str]) -> None:
+    """The jobs' JSON (written by the frame, not per job) gives each job's figures as
+    :func:`job_costs` has them: money to the cent as text, hours rounded, times to the second."""
+    client = _client(fleet, MANAGER)
+    query = {"from": "2026-03-03", "to": "2026-03-04", "of": orgs[0]}
+    doc = client.get("/api/v1/jobs", query_string=query).get_json()
+    window = Window.days(dt.date(2026, 3, 3), dt.date(2026, 3, 4))
+    want = job_costs(fleet, window, now=NOW, tenant=orgs[0])
+    assert [(j["cluster"], j["job_id"]) for j in doc["jobs"]] == [
+        (j.cluster, j.job_id) for j in want.rows
+    ]
+    assert any(j.running for j in want.rows) and any(not j.running for j in want.rows)
+    for got, job in zip(doc["jobs"], want.rows, strict=True):
+        h = job.hours
+        assert got["start"] == job.start.isoformat(timespec="seconds")
+        assert got["end"] == job.end.isoformat(timespec="seconds")
+        assert (got["running"], got["gpus"], got["attempts"]) == (
+            job.running,
+            job.gpus,
+            job.attempts,
+        )
+        assert (got["direct_cost"], got["shared_cost"], got["total_cost"]) == (
+            str(h.direct_cost),
+            str(h.shared_cost),
+            str(h.total_cost),
+        )
+        assert got["allocated_gpu_hours"] == pytest.approx(h.allocated_gpu_hours, abs=1e-6)
+        assert got["unmeasured_gpu_hours"] == pytest.approx(h.unmeasured_gpu_hours, abs=1e-6)
+        for key in ("used_gpu_hours", "idle_gpu_hours"):
+            value = getattr(h, key)
+            assert got[key] == (None if value is None else pytest.approx(value, abs=1e-6))
+        eff = h.efficiency
+        assert got["efficiency"] == (None if eff is None else pytest.approx(eff, abs=1e-4))
+    assert doc["total_cost"] == str(want.total_cost)
 
 
 def test_a_forged_pick_of_another_tenant_is_refused(fleet: Warehouse, orgs: list[str]) -> None:

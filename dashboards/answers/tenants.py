@@ -4,10 +4,11 @@ one tenant's jobs. Everything is limited to the viewer's tenant, server-side."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
+
+import polars as pl
 
 from dashboards import context
 from dashboards.answers.ledger import cluster_of
@@ -16,7 +17,7 @@ from dashboards.filters import Filters
 from gpuledger_errors import InputError
 from warehouse.analytics import explain, fleet
 from warehouse.analytics.tenancy import owns
-from warehouse.ledger import Hours, cost_breakdown, job_costs, load_price_book
+from warehouse.ledger import Hours, cost_breakdown, job_table, load_price_book
 
 #: The line a tenant or user without a name is shown under (as the ledger shows it).
 NONE = "(none)"
@@ -162,37 +163,54 @@ def jobs(filters: Filters, viewer: Viewer, of: str = "", user: str = "") -> dict
     only = {"user": user} if user else {}
     args = _ledger_args(filters, scope)
     args["only"] = {**(args["only"] or {}), **only} or None
-    detail = job_costs(context.get().wh, filters.window, **args)
+    table = job_table(context.get().wh, filters.window, **args)
     return {
-        **detail.window.to_json(),
-        "computed_until": detail.computed_until.isoformat(),
-        "idle_policy": detail.idle_policy.value,
-        "currency": detail.currency,
+        **table.window.to_json(),
+        "computed_until": table.computed_until.isoformat(),
+        "idle_policy": table.idle_policy.value,
+        "currency": table.currency,
         "tenant": scope,
         "user": user or None,
-        "jobs": [
-            {
-                "cluster": j.cluster,
-                "job_id": j.job_id,
-                "tenant": j.tenant,
-                "user": j.user,
-                "gpu_model": j.gpu_model,
-                "pool": j.pool,
-                "gpus": j.gpus,
-                "attempts": j.attempts,
-                "start": _iso(j.start),
-                "end": _iso(j.end),
-                "running": j.running,
-                **_hours(j.hours),
-            }
-            for j in detail.rows
-        ],
-        "total_cost": str(detail.total_cost),
+        "jobs": _job_rows(table.frame),
+        "total_cost": str(table.total_cost),
     }
 
 
-def _iso(ts: dt.datetime) -> str:
-    return ts.astimezone(dt.UTC).isoformat(timespec="seconds")
+def _money(cents: pl.Expr) -> pl.Expr:
+    """Whole cents as the exact text of the amount ('-0.05'), as the ledger's JSON has it."""
+    whole = (cents.abs() // 100).cast(pl.String)
+    part = (cents.abs() % 100).cast(pl.String).str.zfill(2)
+    return pl.when(cents < 0).then(pl.lit("-")).otherwise(pl.lit("")) + whole + "." + part
+
+
+def _job_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """The jobs' JSON rows, made by the frame (tens of thousands of jobs, no object each): the
+    hours rounded as :func:`_hours` rounds them, times to the second."""
+    allocated, used = pl.col("allocated_gpu_hours"), pl.col("used_gpu_hours")
+    iso = "%Y-%m-%dT%H:%M:%S+00:00"
+    return frame.select(
+        "cluster",
+        "job_id",
+        "tenant",
+        "user",
+        "gpu_model",
+        "pool",
+        "gpus",
+        "attempts",
+        pl.col("start").dt.strftime(iso),
+        pl.col("end").dt.strftime(iso),
+        "running",
+        allocated.round(6),
+        used.round(6),
+        pl.col("idle_gpu_hours").round(6),
+        pl.col("unmeasured_gpu_hours").round(6),
+        pl.when(used.is_not_null() & (allocated != 0))
+        .then((used / allocated).round(4))
+        .alias("efficiency"),
+        _money(pl.col("direct_cents")).alias("direct_cost"),
+        _money(pl.col("shared_cents")).alias("shared_cost"),
+        _money(pl.col("direct_cents") + pl.col("shared_cents")).alias("total_cost"),
+    ).to_dicts()
 
 
 def answer(filters: Filters, viewer: Viewer, _params: Mapping[str, str]) -> dict[str, Any]:

@@ -4,12 +4,21 @@ The door every consumer uses: :func:`compute_ledger` returns a frozen :class:`Le
 :func:`why_cost` explains a month's change; :func:`seal_days` keeps finished days;
 :func:`idle_report` and :func:`idle_now` tell the idle allocated GPUs and their cost.
 :func:`cost_breakdown` and :func:`job_costs` give the same cents by several keys at
-once and per job.
+once and per job (:func:`job_table`: the jobs as one frame).
 """
 
 from warehouse.ledger.compute import compute_ledger
 from warehouse.ledger.cost_change import CostChange, month_window, why_cost
-from warehouse.ledger.detail import BreakdownRow, Detail, Hours, JobCost, cost_breakdown, job_costs
+from warehouse.ledger.detail import (
+    BreakdownRow,
+    Detail,
+    Hours,
+    JobCost,
+    JobTable,
+    cost_breakdown,
+    job_costs,
+    job_table,
+)
 from warehouse.ledger.idle import (
     WORST,
     IdleDay,
@@ -62,6 +71,7 @@ __all__ = [
     "IdleReport",
     "IdleRule",
     "JobCost",
+    "JobTable",
     "Ledger",
     "LedgerError",
     "LedgerRow",
@@ -80,6 +90,7 @@ __all__ = [
     "idle_now",
     "idle_report",
     "job_costs",
+    "job_table",
     "load_price_book",
     "month_window",
     "priced_spans",

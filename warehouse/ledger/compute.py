@@ -105,6 +105,8 @@ class _Lines:
     frame: pl.DataFrame  # LINE_KEYS, _line, allocated_gpu_ms, used/measured/idle hours, _measured
     direct: dict[int, Decimal]
     unpriced_ms: dict[int, float]
+    #: the usage rows with their line (``_line``; the keys' nulls as ''), for a finer split
+    rows: pl.DataFrame
 
 
 def _lines(usage: pl.DataFrame, segments: Sequence[PriceSegment]) -> _Lines:
@@ -127,7 +129,8 @@ def _lines(usage: pl.DataFrame, segments: Sequence[PriceSegment]) -> _Lines:
     direct = dict.fromkeys(frame["_line"].to_list(), Decimal(0))
     for line, seg, ms in priced.iter_rows():
         direct[line] += ms_to_hours(ms) * prices[seg]
-    return _Lines(frame, direct, {int(k): float(v) for k, v in unpriced.iter_rows()})
+    unpriced_of = {int(k): float(v) for k, v in unpriced.iter_rows()}
+    return _Lines(frame, direct, unpriced_of, rows.drop("_row"))
 
 
 def _line_shares(
@@ -208,6 +211,7 @@ def _part(
         mine,
         {k: v for k, v in lines.direct.items() if k in kept},
         {k: v for k, v in lines.unpriced_ms.items() if k in kept},
+        lines.rows.filter(keep),
     )
     rows = _rows(own, direct, shared, whole.group_by)
     measured = mine.filter(pl.col("_measured"))

@@ -176,6 +176,90 @@ def cost_breakdown(
     )
 
 
+#: The columns of :class:`JobTable`'s frame: a :class:`JobCost`'s fields, its hours as
+#: floats (used and idle null where nothing was measured) and its cost in whole cents.
+JOB_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
+    "cluster": pl.String,
+    "job_id": pl.String,
+    "tenant": pl.String,
+    "user": pl.String,
+    "gpu_model": pl.String,
+    "pool": pl.String,
+    "attempts": pl.Int64,
+    "gpus": pl.Float64,
+    "start": pl.Datetime("ms", "UTC"),
+    "end": pl.Datetime("ms", "UTC"),
+    "running": pl.Boolean,
+    "allocated_gpu_hours": pl.Float64,
+    "used_gpu_hours": pl.Float64,
+    "idle_gpu_hours": pl.Float64,
+    "unmeasured_gpu_hours": pl.Float64,
+    "direct_cents": pl.Int64,
+    "shared_cents": pl.Int64,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class JobTable:
+    """What :func:`job_table` answers: every job a row of ``frame`` (:data:`JOB_COLUMNS`),
+    newest first, with what it was asked."""
+
+    window: Window
+    computed_until: dt.datetime
+    idle_policy: IdlePolicy
+    currency: str
+    tenant: str | None
+    frame: pl.DataFrame
+
+    @property
+    def total_cost(self) -> Decimal:
+        cents = self.frame.select(pl.col("direct_cents", "shared_cents").sum()).row(0)
+        return Decimal(sum(c or 0 for c in cents)).scaleb(-2)
+
+
+def job_table(
+    wh: Warehouse,
+    window: Window,
+    *,
+    now: dt.datetime,
+    idle_policy: str | IdlePolicy = IdlePolicy.WEIGHTED,
+    idle: IdleRule | None = None,
+    prices: PriceBook | None = None,
+    cluster: str = "",
+    tenant: str | None = None,
+    only: Mapping[str, str] | None = None,
+) -> JobTable:
+    """:func:`job_costs`' jobs as one frame, for those who page, sort or filter many jobs
+    (a tenant's month can hold tens of thousands) without an object per job."""
+    _usage, decided, segments, policy, book = _inputs(
+        wh, window, now=now, idle_policy=idle_policy, idle=idle, prices=prices, cluster=cluster
+    )
+    rows = (
+        decided.lines.rows.filter(_keep(tenant, only))
+        .with_columns((pl.col("cluster") + "\x00" + pl.col("job_id")).alias("_job"))
+        .with_row_index("_row")
+    )
+    per_job = _per_job(rows).join(_job_cents(rows, decided, segments), on="_job", how="left")
+    allocated = pl.col("allocated_gpu_ms").fill_null(0).cast(pl.Float64) / 3.6e6
+    measured = pl.col("measured")
+    frame = (
+        per_job.with_columns(
+            allocated.alias("allocated_gpu_hours"),
+            pl.when(measured).then(pl.col("used_gpu_hours")).alias("used_gpu_hours"),
+            pl.when(measured).then(pl.col("idle_gpu_hours")).alias("idle_gpu_hours"),
+            (allocated - pl.col("measured_gpu_hours").fill_null(0.0))
+            .clip(lower_bound=0.0)
+            .alias("unmeasured_gpu_hours"),
+            pl.col("widest").fill_null(0.0).round(6).alias("gpus"),
+            pl.col("_direct").fill_null(0).alias("direct_cents"),
+            pl.col("_shared").fill_null(0).alias("shared_cents"),
+        )
+        .select(pl.col(name).cast(kind) for name, kind in JOB_COLUMNS.items())
+        .sort("start", "cluster", "job_id", descending=True)
+    )
+    return JobTable(window, window.until(now), policy, book.currency, tenant, frame)
+
+
 def job_costs(
     wh: Warehouse,
     window: Window,
@@ -192,24 +276,19 @@ def job_costs(
     with its GPU-hours and its cost: its hours x the price in force (direct) plus its part of
     its lines' share of unallocated capacity. Each line's cents are split between its jobs, so
     the jobs of any ledger row add up to that row to the cent. Newest first."""
-    usage, decided, segments, policy, book = _inputs(
-        wh, window, now=now, idle_policy=idle_policy, idle=idle, prices=prices, cluster=cluster
+    table = job_table(
+        wh,
+        window,
+        now=now,
+        idle_policy=idle_policy,
+        idle=idle,
+        prices=prices,
+        cluster=cluster,
+        tenant=tenant,
+        only=only,
     )
-    lines = decided.lines.frame.select(*LINE_KEYS, "_line")
-    rows = (
-        usage.with_columns(pl.col(k).fill_null("") for k in LINE_KEYS)
-        .join(lines, on=list(LINE_KEYS))
-        .filter(_keep(tenant, only))
-        .with_columns((pl.col("cluster") + "\x00" + pl.col("job_id")).alias("_job"))
-        .with_row_index("_row")
-    )
-    per_job = _per_job(rows).join(_job_cents(rows, decided, segments), on="_job", how="left")
-    jobs = [
-        _job(r, Decimal(r["_direct"] or 0).scaleb(-2), Decimal(r["_shared"] or 0).scaleb(-2))
-        for r in per_job.iter_rows(named=True)
-    ]
-    jobs.sort(key=lambda j: (j.start, j.cluster, j.job_id), reverse=True)
-    return Detail(window, window.until(now), policy, book.currency, tenant, tuple(jobs))
+    jobs = tuple(_job(r) for r in table.frame.iter_rows(named=True))
+    return Detail(window, table.computed_until, table.idle_policy, table.currency, tenant, jobs)
 
 
 def _job_cents(
@@ -316,29 +395,26 @@ def _per_job(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _job(row: Mapping[str, Any], direct: Decimal, shared: Decimal) -> JobCost:
-    """One job's row from :func:`_per_job`'s, with its cents."""
-    allocated = float(row["allocated_gpu_ms"] or 0) / 3.6e6
-    measured = bool(row["measured"])
-    widest = row["widest"]
+def _job(row: Mapping[str, Any]) -> JobCost:
+    """One job from its row of a :class:`JobTable`."""
     return JobCost(
-        cluster=str(row["cluster"]),
-        job_id=str(row["job_id"]),
-        tenant=str(row["tenant"]),
-        user=str(row["user"]),
-        gpu_model=str(row["gpu_model"]),
-        pool=str(row["pool"]),
-        attempts=int(row["attempts"]),
-        gpus=round(widest, 6) if isinstance(widest, float) else 0.0,
+        cluster=row["cluster"],
+        job_id=row["job_id"],
+        tenant=row["tenant"],
+        user=row["user"],
+        gpu_model=row["gpu_model"],
+        pool=row["pool"],
+        attempts=row["attempts"],
+        gpus=row["gpus"],
         start=row["start"],
         end=row["end"],
-        running=bool(row["running"]),
+        running=row["running"],
         hours=Hours(
-            allocated,
-            float(row["used_gpu_hours"]) if measured else None,
-            float(row["idle_gpu_hours"]) if measured else None,
-            max(0.0, allocated - float(row["measured_gpu_hours"] or 0)),
-            direct,
-            shared,
+            row["allocated_gpu_hours"],
+            row["used_gpu_hours"],
+            row["idle_gpu_hours"],
+            row["unmeasured_gpu_hours"],
+            Decimal(row["direct_cents"]).scaleb(-2),
+            Decimal(row["shared_cents"]).scaleb(-2),
         ),
     )

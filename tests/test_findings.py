@@ -7,11 +7,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from decimal import Decimal
+from unittest import mock
 
 import moment_fixture as m
 import pytest
 from conftest import fresh_database
+from polars.testing import assert_frame_equal
 
+from dashboards.answers import capacity as capacity_answers
 from dashboards.answers.findings import (
     CostToDate,
     Facts,
@@ -25,9 +28,11 @@ from dashboards.answers.findings import (
 from dashboards.app import create_app
 from dashboards.context import Viewer
 from dashboards.filters import Filters
+from warehouse.analytics import moment as moments
 from warehouse.analytics.fragmentation import fragmentation_at
 from warehouse.client import Warehouse
-from warehouse.ledger import IdleNow
+from warehouse.ledger import IdleNow, IdleRule
+from warehouse.ledger.tail import LiveTail
 
 NOW = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
 
@@ -195,3 +200,29 @@ def test_what_each_tenant_is_told_about_its_own_jobs(moment: Warehouse) -> None:
     assert _found(moment, "tenant:team-y") == [
         "1 job of team-y waiting up to 40 min for H100 GPUs (2 GPUs asked)"
     ]
+
+
+def test_the_findings_as_of_a_kept_moment_ask_no_moment_again(moment: Warehouse) -> None:
+    """The server's live tail keeps each cluster's moment at its instant (waiting jobs, held
+    against guaranteed, fragmentation): findings and the Capacity page's report as of that
+    instant take it, and say what asking says."""
+    roles = ("manager", "tenant:team-x", "tenant:team-y")
+    want = {role: sorted(_found(moment, role)) for role in roles}
+    rule = IdleRule(0.05, 1800)
+    kept = LiveTail(moment, rule, every_s=60, clock=lambda: m.NOW)
+    tail = kept.refresh()
+    assert set(tail.moments) == {"c1"}
+    then = tail.moments["c1"]
+    assert_frame_equal(then.waiting, moments.waiting(moment, "c1", m.NOW))
+    assert_frame_equal(then.held, moments.held_vs_guaranteed(moment, "c1", m.NOW))
+    assert then.fragmentation.to_dict() == fragmentation_at(moment, "c1", m.NOW).to_dict()
+    filters = Filters.parse({}, today=m.NOW.date())
+    create_app(moment, idle=rule, now=lambda: m.NOW, as_of=kept.now)
+    asked = [mock.patch.object(moments, name, side_effect=AssertionError(name)) for name in
+             ("waiting", "held_vs_guaranteed", "stranded_by_model")]  # fmt: skip
+    with kept.offered(), asked[0], asked[1], asked[2]:
+        for role in roles:
+            got = sorted(f.text for f in top_findings(filters, Viewer("someone", role)))
+            assert got == want[role], role
+        report = capacity_answers.fragmentation(filters, Viewer("boss", "manager"))
+    assert report is then.fragmentation

@@ -9,7 +9,7 @@ import logging
 import polars as pl
 
 from dashboards import context
-from dashboards.answers.instant import at_of
+from dashboards.answers.instant import clock_at_of
 from dashboards.context import Forbidden, Viewer
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
@@ -30,7 +30,7 @@ def open_alerts(filters: Filters, viewer: Viewer) -> pl.DataFrame:
     """The alerts open at the range's end (or now, if earlier), newest first."""
     return alerts.open_alerts(
         context.get().wh,
-        at_of(filters),
+        clock_at_of(filters),
         cluster=_cluster(filters),
         tenant=viewer.scope(filters.tenant),
     )
@@ -40,7 +40,7 @@ def current_advice(filters: Filters, viewer: Viewer) -> pl.DataFrame:
     """The advice in force at the range's end (or now, if earlier), newest first."""
     return alerts.current_advice(
         context.get().wh,
-        at_of(filters),
+        clock_at_of(filters),
         cluster=_cluster(filters),
         tenant=viewer.scope(filters.tenant),
     )

@@ -27,6 +27,7 @@ from dashboards.filters import Filters
 from gpuledger_errors import InputError
 from warehouse.analytics import capacity
 from warehouse.analytics.fragmentation import (
+    DEFAULT_WINDOW,
     SCOPES,
     FragmentationReport,
     fragmentation_at,
@@ -34,6 +35,7 @@ from warehouse.analytics.fragmentation import (
 )
 from warehouse.analytics.stranded import stranded_over
 from warehouse.analytics.tenancy import in_tenant
+from warehouse.ledger.tail import kept_moment
 from warehouse.times import instant
 
 _EXAMPLE = "2026-11-30T12:00"
@@ -54,13 +56,14 @@ def fragmentation(
     if scope not in SCOPES:
         raise InputError(f"scope {scope!r} is not one of {', '.join(SCOPES)}")
     tenant = viewer.scope(filters.tenant)
-    report = fragmentation_at(
-        context.get().wh,
-        one_cluster(filters),
-        at,
-        window=trailing_days(days, at),
-        scope=scope,
-    )
+    wh, cluster, window = context.get().wh, one_cluster(filters), trailing_days(days, at)
+    # the live tail keeps each cluster's report at its instant, with the defaults
+    defaults = (window, scope) == (DEFAULT_WINDOW, "model")
+    then = kept_moment(wh, at, cluster=cluster) if defaults else None
+    if then is not None:
+        report = then.fragmentation
+    else:
+        report = fragmentation_at(wh, cluster, at, window=window, scope=scope)
     return report if tenant is None else report.for_tenant(tenant)
 
 

@@ -25,6 +25,7 @@ from dashboards.filters import Filters
 from warehouse.analytics import fleet, moment
 from warehouse.analytics.tenancy import owns
 from warehouse.ledger import IdleNow
+from warehouse.ledger.tail import kept_moment
 
 #: How long an idle GPU must have been idle to be worth a sentence (or the idle rule's
 #: minimum, when that is longer).
@@ -251,13 +252,15 @@ def gather(
     has them already)."""
     ctx = context.get()
     scope = viewer.scope(filters.tenant)
-    at = ctx.now()
+    at = ctx.ledger_now()  # the instant of the tiles beside them
     clusters = [cluster_of(filters)] if filters.cluster else fleet.known_clusters(ctx.wh)
     waiting: list[Waiting] = []
     stranded: dict[str, Stranded] = {}
     holdings: list[Holding] = []
     for cluster in clusters:
-        rows = moment.waiting(ctx.wh, cluster, at)
+        then = kept_moment(ctx.wh, at, cluster=cluster)
+        rows = then.waiting if then is not None else moment.waiting(ctx.wh, cluster, at)
+        held = then.held if then is not None else moment.held_vs_guaranteed(ctx.wh, cluster, at)
         waiting += [
             Waiting(r["job_id"], r["tenant"], r["gpu_model"], float(r["gpus_requested"] or 0),
                     r["wait_s"])
@@ -266,11 +269,16 @@ def gather(
         ]  # fmt: skip
         holdings += [
             Holding(r["tenant"], r["held_gpus"], r["guaranteed_gpus"])
-            for r in moment.held_vs_guaranteed(ctx.wh, cluster, at).iter_rows(named=True)
+            for r in held.iter_rows(named=True)
             if _in_scope(r["tenant"], scope)
         ]
         if scope is None and rows.height:
-            for r in moment.stranded_by_model(ctx.wh, cluster, at).iter_rows(named=True):
+            per_model = (
+                moment.stranded_in(then.fragmentation)
+                if then is not None
+                else moment.stranded_by_model(ctx.wh, cluster, at)
+            )
+            for r in per_model.iter_rows(named=True):
                 s = stranded.get(r["gpu_model"], Stranded(r["gpu_model"], 0.0, 0))
                 stranded[r["gpu_model"]] = Stranded(
                     s.gpu_model, s.gpus + r["stranded_gpus"], s.nodes + r["nodes"]

@@ -26,7 +26,7 @@ from dash.development.base_component import Component
 
 from dashboards import context, widgets
 from dashboards.answers import alerts as answers
-from dashboards.answers.instant import at_of
+from dashboards.answers.instant import clock_at_of
 from dashboards.context import Forbidden, Viewer
 from gpuledger_errors import InputError
 
@@ -101,7 +101,7 @@ def _refresh(state: str | None, _decided: Any) -> tuple[str | Component, Compone
     """Open alerts and current advice for the viewer, or why there are none."""
     try:
         filters, who = widgets.asked(state)
-        at = widgets.when(at_of(filters))
+        at = widgets.when(clock_at_of(filters))
         alerts = answers.open_alerts(filters, who)
         advice = answers.current_advice(filters, who)
         ever_alerts, ever_advice = answers.written()

@@ -10,7 +10,7 @@ import datetime as dt
 import polars as pl
 
 from warehouse.analytics import queues
-from warehouse.analytics.fragmentation import fragmentation_at
+from warehouse.analytics.fragmentation import FragmentationReport, fragmentation_at
 from warehouse.analytics.idle import open_holds
 from warehouse.client import Warehouse
 from warehouse.queries import run
@@ -58,9 +58,13 @@ def stranded_by_model(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFr
     """Per GPU model, the free GPUs stranded at ``at`` (FGD, see
     :mod:`warehouse.analytics.fragmentation`) and the nodes they sit on: gpu_model,
     stranded_gpus, nodes."""
-    nodes = fragmentation_at(wh, cluster, at).per_node
+    return stranded_in(fragmentation_at(wh, cluster, at))
+
+
+def stranded_in(report: FragmentationReport) -> pl.DataFrame:
+    """:func:`stranded_by_model` of a fragmentation report already at hand."""
     return (
-        nodes.filter(pl.col("fgd_gpus") > 1e-6)
+        report.per_node.filter(pl.col("fgd_gpus") > 1e-6)
         .group_by("gpu_model")
         .agg(
             pl.col("fgd_gpus").sum().alias("stranded_gpus"),

@@ -10,10 +10,12 @@ that span, as of exactly that instant, takes them (its own cluster's rows) inste
 the warehouse again. The GPUs idle in jobs' hands at that instant are kept alike, for every
 cluster and tenant, and so are the fingerprints that a read checks its sealed days against
 (:func:`~warehouse.ledger.seal.fingerprints`, this month's days and the month before's): data
-that arrives late shows from the next pass on. The rows of those days' seals are kept too, read
-once per seal (a seal's rows never change; a day sealed again is read again at the next pass),
-so a month's ledger reads no sealed row from the warehouse: about 45 MB per 30 days of the
-1,024-GPU demo.
+that arrives late shows from the next pass on. Each cluster's moment at that instant (the jobs
+waiting, what each tenant holds against its guarantee, its fragmentation: what the Overview's
+findings and the Capacity page show now) is kept alike. The rows of those days' seals are kept
+too, read once per seal (a seal's rows never change; a day sealed again is read again at the
+next pass), so a month's ledger reads no sealed row from the warehouse: about 45 MB per 30 days
+of the 1,024-GPU demo.
 
 Nothing else changes: the rows are those the live query gives for the same arguments (a
 cluster's are the whole fleet's rows of that cluster, since ledger_usage.sql filters by cluster
@@ -35,7 +37,9 @@ from collections.abc import Callable, Iterator, Mapping
 
 import polars as pl
 
+from warehouse.analytics import fleet, moment
 from warehouse.analytics import idle as idle_runs
+from warehouse.analytics.fragmentation import FragmentationReport, fragmentation_at
 from warehouse.analytics.tenancy import in_tenant
 from warehouse.client import Warehouse, WarehouseError
 from warehouse.ledger.result import IdleRule
@@ -90,6 +94,29 @@ class Tail:
     #: Every cluster's usage rows per seal id of the latest seals of those days (today's
     #: sealed hours included), as :func:`~warehouse.ledger.seal.sealed_rows` read them.
     sealed_rows: Mapping[int, pl.DataFrame] = dataclasses.field(default_factory=dict)
+    #: Every known cluster at ``now``.
+    moments: Mapping[str, Moment] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Moment:
+    """A cluster at one instant, as :mod:`warehouse.analytics.moment` tells it: the jobs
+    waiting (:func:`~warehouse.analytics.moment.waiting`), held against guaranteed
+    (:func:`~warehouse.analytics.moment.held_vs_guaranteed`) and its fragmentation
+    (:func:`~warehouse.analytics.fragmentation.fragmentation_at` with its defaults)."""
+
+    waiting: pl.DataFrame
+    held: pl.DataFrame
+    fragmentation: FragmentationReport
+
+
+def moment_of(wh: Warehouse, cluster: str, at: dt.datetime) -> Moment:
+    """:class:`Moment` of ``cluster`` at ``at``, asked of the warehouse."""
+    return Moment(
+        moment.waiting(wh, cluster, at),
+        moment.held_vs_guaranteed(wh, cluster, at),
+        fragmentation_at(wh, cluster, at),
+    )
 
 
 class LiveTail:
@@ -145,7 +172,8 @@ class LiveTail:
                 found = sealed_rows(self.wh, day, seal)
             if found is not None:  # else it was sealed again meanwhile: the next pass reads it
                 kept[seal[0]] = found
-        tail = Tail(key, self.idle, start, rows, now, idle_now, prints, cut, kept)
+        moments = {c: moment_of(self.wh, c, now) for c in fleet.known_clusters(self.wh)}
+        tail = Tail(key, self.idle, start, rows, now, idle_now, prints, cut, kept, moments)
         self._tail = tail
         return tail
 
@@ -259,6 +287,13 @@ def kept_sealed_rows(wh: Warehouse, *, idle: IdleRule) -> KeptSealedRows:
     return kept
 
 
+def kept_moment(wh: Warehouse, at: dt.datetime, *, cluster: str) -> Moment | None:
+    """:class:`Moment` of ``cluster`` at ``at`` from a kept tail as of exactly ``at`` (under
+    any idle rule: a moment depends on none), or None (ask the warehouse)."""
+    tail = _kept(wh, at, None, lambda t: cluster in t.moments)
+    return tail.moments[cluster] if tail is not None else None
+
+
 def kept_idle_now(
     wh: Warehouse, at: dt.datetime, *, idle: IdleRule, cluster: str, tenant: str
 ) -> pl.DataFrame | None:
@@ -276,18 +311,20 @@ def kept_idle_now(
 def _kept(
     wh: Warehouse,
     now: dt.datetime | None,
-    idle: IdleRule,
+    idle: IdleRule | None,
     fits: Callable[[Tail], bool],
     *,
     counter: str = "served",
 ) -> Tail | None:
-    """The offered tail of ``wh`` as of ``now`` (None: any instant) under ``idle`` that
-    ``fits``, counted in its source's ``counter``."""
+    """The offered tail of ``wh`` as of ``now`` (None: any instant) under ``idle`` (None:
+    any) that ``fits``, counted in its source's ``counter``."""
     with _lock:
         offered = list(_offered)
     for source in offered:
         tail = source.current()
-        if tail is None or (tail.warehouse, tail.idle) != ((wh.dsn, wh.database), idle):
+        if tail is None or tail.warehouse != (wh.dsn, wh.database):
+            continue
+        if idle is not None and tail.idle != idle:
             continue
         if now is not None and tail.now != now:
             continue

@@ -25,13 +25,15 @@ import pytest
 from conftest import idle_rule, ledger_between, recent, simulate, usage_between
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
+from warehouse.analytics import fleet
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
 from warehouse.ledger import seal
 from warehouse.ledger.cost_change import why_cost
-from warehouse.ledger.tail import LiveTail
+from warehouse.ledger.tail import LiveTail, kept_fleet_hourly
 from warehouse.times import month_start, next_month, same_days_before
 
 D0 = recent(dt.datetime(2026, 11, 2, tzinfo=dt.UTC), margin=dt.timedelta(days=4))
@@ -408,3 +410,23 @@ def test_a_kept_tail_holds_the_hours_the_month_over_month_cuts_last_month_at(
         assert kept.served == 1 + (at.day == 1)  # and this month's, all today's on its 1st
     assert got == want
     assert got["previous"]["gpu_hours"] > 0  # jA's and jB's hours up to the cut
+
+
+def test_a_kept_tail_holds_the_fleets_hours_up_to_its_instant(ingest: Ingestor) -> None:
+    """The tail keeps the whole fleet's hours up to its instant: a window from a midnight to
+    that instant, or to a whole hour before it, gets the rows asking gives; a window it cuts
+    elsewhere, or another instant, asks."""
+    wh = ingest.wh
+    at = D3 - dt.timedelta(minutes=20)  # the samples end at D3: the last hour is cut
+    kept = LiveTail(wh, idle_rule(), every_s=60, clock=lambda: at)
+    kept.refresh()
+    with kept.offered():
+        for start, end in ((D0, at), (D1, at), (D0, D2), (D1, h(40))):
+            got = kept_fleet_hourly(wh, start, end, now=at)
+            assert got is not None and got.height == (end - start) // dt.timedelta(hours=1) + (
+                end == at
+            )
+            assert_frame_equal(got, fleet.fleet_hourly(wh, "", start, end))
+        assert kept_fleet_hourly(wh, D0, at - dt.timedelta(minutes=5), now=at) is None
+        assert kept_fleet_hourly(wh, D0, at, now=at + dt.timedelta(seconds=1)) is None
+    assert kept.served == 4

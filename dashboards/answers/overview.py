@@ -27,6 +27,7 @@ from dashboards.filters import Filters
 from warehouse.analytics import fleet
 from warehouse.analytics.idle import open_holds
 from warehouse.ledger import UsageDay, usage_days
+from warehouse.ledger.tail import kept_fleet_hourly
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,21 +118,19 @@ def over_range(filters: Filters, viewer: Viewer) -> Range:
     ctx = context.get()
     at, scope, window = ctx.ledger_now(), viewer.scope(filters.tenant), filters.window
     hourly = None
-    if scope is None:
+    cluster, until = cluster_of(filters), window.until(at)
+    if scope is None and not (cluster or filters.pool or filters.gpu_model):
+        hourly = kept_fleet_hourly(ctx.wh, window.start, until, now=at)
+    if scope is None and hourly is None:
         hourly = fleet.fleet_hourly(
-            ctx.wh,
-            cluster_of(filters),
-            window.start,
-            window.until(at),
-            pool=filters.pool,
-            gpu_model=filters.gpu_model,
+            ctx.wh, cluster, window.start, until, pool=filters.pool, gpu_model=filters.gpu_model
         )
     days = usage_days(
         ctx.wh,
         window,
         now=at,
         idle=ctx.idle,
-        cluster=cluster_of(filters),
+        cluster=cluster,
         tenant=scope,
         only=idle_answers.only(filters),
     )

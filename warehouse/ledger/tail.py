@@ -96,6 +96,11 @@ class Tail:
     sealed_rows: Mapping[int, pl.DataFrame] = dataclasses.field(default_factory=dict)
     #: Every known cluster at ``now``.
     moments: Mapping[str, Moment] = dataclasses.field(default_factory=dict)
+    #: The whole fleet's hours (:func:`~warehouse.analytics.fleet.fleet_hourly` of every
+    #: cluster, pool and model) from ``hourly_since`` (midnight, :data:`FINGERPRINT_DAYS`
+    #: before today) to ``now``.
+    hourly: pl.DataFrame | None = None
+    hourly_since: dt.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +178,11 @@ class LiveTail:
             if found is not None:  # else it was sealed again meanwhile: the next pass reads it
                 kept[seal[0]] = found
         moments = {c: moment_of(self.wh, c, now) for c in fleet.known_clusters(self.wh)}
-        tail = Tail(key, self.idle, start, rows, now, idle_now, prints, cut, kept, moments)
+        since = day_start(d - FINGERPRINT_DAYS)
+        hourly = fleet.fleet_hourly(self.wh, "", since, now)
+        tail = Tail(
+            key, self.idle, start, rows, now, idle_now, prints, cut, kept, moments, hourly, since
+        )
         self._tail = tail
         return tail
 
@@ -292,6 +301,30 @@ def kept_moment(wh: Warehouse, at: dt.datetime, *, cluster: str) -> Moment | Non
     any idle rule: a moment depends on none), or None (ask the warehouse)."""
     tail = _kept(wh, at, None, lambda t: cluster in t.moments)
     return tail.moments[cluster] if tail is not None else None
+
+
+def kept_fleet_hourly(
+    wh: Warehouse, start: dt.datetime, end: dt.datetime, *, now: dt.datetime
+) -> pl.DataFrame | None:
+    """:func:`~warehouse.analytics.fleet.fleet_hourly` of the whole fleet over [start, end)
+    from a kept tail as of exactly ``now`` that holds those hours, or None (ask the
+    warehouse). Exact: an hour's figures depend on the end asked only in an hour it cuts, so
+    the tail's hours serve a window ending at its instant or at a whole hour before it."""
+
+    def fits(t: Tail) -> bool:
+        if t.hourly is None or t.hourly_since is None:
+            return False
+        whole = start == _hour(start) and (end == t.now or (end <= t.now and end == _hour(end)))
+        return whole and t.hourly_since <= start
+
+    tail = _kept(wh, now, None, fits)
+    if tail is None or tail.hourly is None:
+        return None
+    return tail.hourly.filter((pl.col("ts") >= start) & (pl.col("ts") < end))
+
+
+def _hour(t: dt.datetime) -> dt.datetime:
+    return t.replace(minute=0, second=0, microsecond=0)
 
 
 def kept_idle_now(

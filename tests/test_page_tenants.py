@@ -155,6 +155,12 @@ def test_a_tenants_jobs_add_up_to_its_ledger_row(fleet: Warehouse, by_tenant: Le
     # to the cent, from the API's exact figures (the grid shows them as numbers)
     doc = client.get("/api/v1/jobs", query_string={"from": "2026-03-03", "of": row.key}).get_json()
     assert sum(Decimal(j["total_cost"]) for j in doc["jobs"]) == row.total_cost
+    # the grid's rows are the API's jobs, in order, their money as numbers
+    assert [(j["job_id"], j["total_cost"], j["start"]) for j in jobs] == [
+        (a["job_id"], float(Decimal(a["total_cost"])), a["start"][:16].replace("T", " "))
+        for a in doc["jobs"]
+    ]
+    assert {j["state"] for j in jobs} <= {"running", "ended"}
     user = jobs[0]["user"]
     theirs = _jobs(client, {"tenant": row.key, "user": user})["tenants-jobs"]["rowData"]
     assert theirs and {j["user"] for j in theirs} == {user} and len(theirs) <= len(jobs)

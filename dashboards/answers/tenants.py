@@ -17,7 +17,7 @@ from dashboards.filters import Filters
 from gpuledger_errors import InputError
 from warehouse.analytics import explain, fleet
 from warehouse.analytics.tenancy import owns
-from warehouse.ledger import Hours, cost_breakdown, job_table, load_price_book
+from warehouse.ledger import Hours, JobTable, cost_breakdown, job_table, load_price_book
 
 #: The line a tenant or user without a name is shown under (as the ledger shows it).
 NONE = "(none)"
@@ -152,10 +152,9 @@ def quotas(filters: Filters, viewer: Viewer) -> dict[str, Any]:
     return {"at": at.isoformat(), "tenant": scope, "rows": rows}
 
 
-def jobs(filters: Filters, viewer: Viewer, of: str = "", user: str = "") -> dict[str, Any]:
-    """The jobs of ``of`` (an org or org/project; default: the filters' tenant) in the window,
-    of ``user`` alone when given, newest first. Asking outside the viewer's tenant, in ``of``
-    or in the filters, is refused."""
+def _jobs_of(filters: Filters, viewer: Viewer, of: str, user: str) -> tuple[JobTable, str]:
+    """The job table of ``of`` (default: the filters' tenant), of ``user`` alone when given,
+    and the tenant it is of; asking outside the viewer's tenant is refused."""
     viewer.scope(filters.tenant)
     scope = viewer.scope(of or filters.tenant)
     if scope is None:
@@ -163,7 +162,14 @@ def jobs(filters: Filters, viewer: Viewer, of: str = "", user: str = "") -> dict
     only = {"user": user} if user else {}
     args = _ledger_args(filters, scope)
     args["only"] = {**(args["only"] or {}), **only} or None
-    table = job_table(context.get().wh, filters.window, **args)
+    return job_table(context.get().wh, filters.window, **args), scope
+
+
+def jobs(filters: Filters, viewer: Viewer, of: str = "", user: str = "") -> dict[str, Any]:
+    """The jobs of ``of`` (an org or org/project; default: the filters' tenant) in the window,
+    of ``user`` alone when given, newest first. Asking outside the viewer's tenant, in ``of``
+    or in the filters, is refused."""
+    table, scope = _jobs_of(filters, viewer, of, user)
     return {
         **table.window.to_json(),
         "computed_until": table.computed_until.isoformat(),
@@ -173,6 +179,46 @@ def jobs(filters: Filters, viewer: Viewer, of: str = "", user: str = "") -> dict
         "user": user or None,
         "jobs": _job_rows(table.frame),
         "total_cost": str(table.total_cost),
+    }
+
+
+def job_grid(filters: Filters, viewer: Viewer, of: str = "", user: str = "") -> dict[str, Any]:
+    """:func:`jobs` as the Tenants page's grid shows them: its columns alone, times to the
+    minute, money as numbers (to the cent; the exact text is the API's), newest first."""
+    table, scope = _jobs_of(filters, viewer, of, user)
+    used, allocated = pl.col("used_gpu_hours"), pl.col("allocated_gpu_hours")
+    minute = "%Y-%m-%d %H:%M"
+    direct, shared = pl.col("direct_cents"), pl.col("shared_cents")
+    rows = table.frame.select(
+        "job_id",
+        "user",
+        "tenant",
+        "gpu_model",
+        "gpus",
+        pl.col("start").dt.strftime(minute),
+        pl.col("end").dt.strftime(minute),
+        pl.when(pl.col("running"))
+        .then(pl.lit("running"))
+        .otherwise(pl.lit("ended"))
+        .alias("state"),
+        pl.col("unmeasured_gpu_hours").round(6),
+        allocated.round(6),
+        used.round(6),
+        pl.col("idle_gpu_hours").round(6),
+        pl.when(used.is_not_null() & (allocated != 0))
+        .then((used / allocated).round(4))
+        .alias("efficiency"),
+        # through the exact text: polars' division by 100 can miss the nearest number
+        _money(direct).cast(pl.Float64).alias("direct_cost"),
+        _money(shared).cast(pl.Float64).alias("shared_cost"),
+        _money(direct + shared).cast(pl.Float64).alias("total_cost"),
+    ).to_dicts()
+    return {
+        "tenant": scope,
+        "user": user or None,
+        "currency": table.currency,
+        "total_cost": str(table.total_cost),
+        "rows": rows,
     }
 
 

@@ -247,21 +247,12 @@ def _jobs(
         filters, who = widgets.asked(state)
         if not (picked.get("tenant") or filters.tenant or who.tenant):
             return [], "Jobs", widgets.message("Pick a tenant in the table or the treemap above.")
-        doc = ask(answers.jobs, filters, who, picked.get("tenant", ""), picked.get("user", ""))
+        doc = ask(answers.job_grid, filters, who, picked.get("tenant", ""), picked.get("user", ""))
     except (Forbidden, InputError) as exc:
         return [], "Jobs", widgets.message(str(exc))
     title = f"Jobs of {doc['tenant']}" + (f" by {doc['user']}" if doc["user"] else "")
-    if not doc["jobs"]:
+    rows = doc["rows"]
+    if not rows:
         return [], title, widgets.message("No job held GPUs in the range.")
-    rows = [
-        {
-            **j,
-            "start": j["start"][:16].replace("T", " "),
-            "end": j["end"][:16].replace("T", " "),
-            "state": "running" if j["running"] else "ended",
-            **{k: grids.amount(j[k]) for k in ("direct_cost", "shared_cost", "total_cost")},
-        }
-        for j in doc["jobs"]
-    ]
     count = f"{len(rows):,} jobs, {doc['total_cost']} {doc['currency']} in all."
     return rows, title, html.P(count, className="caption")

@@ -17,6 +17,8 @@ from warehouse.analytics import fragmentation as fr
 from warehouse.analytics import stranded as st
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
+from warehouse.ledger import IdleRule
+from warehouse.ledger.tail import LiveTail, kept_stranded
 
 NOW = recent(dt.datetime(2026, 11, 20, 14, 25, tzinfo=dt.UTC))
 H = dt.timedelta(hours=1)
@@ -168,3 +170,23 @@ def test_a_cluster_with_no_inventory_or_no_job_seals_nothing(wh: Warehouse) -> N
     assert st.seal_hours(wh, now=NOW, clusters=["nowhere"]) == st.HoursSealed((), 0, 0)
     give_inventory(wh, [GpuSample(NOW - 30 * D, "idle", "n1", "GPU-1", 0, "H100")])
     assert st.seal_hours(wh, now=NOW, clusters=["idle"]) == st.HoursSealed((), 0, 0)
+
+
+def test_a_kept_tail_holds_the_stranded_hours_up_to_its_instant(cluster: Warehouse) -> None:
+    """The server's live tail keeps each cluster's stranded rows from its first sealed day to
+    its instant: a range from a midnight to that instant (or before it) as of that instant
+    adds up the same figures as asking; another instant, or a range cut inside an hour at its
+    start, asks."""
+    st.seal_hours(cluster, now=NOW)
+    kept = LiveTail(cluster, IdleRule(0.05, 1800), every_s=60, clock=lambda: NOW)
+    tail = kept.refresh()
+    since = tail.stranded["sim"][0]
+    assert since.date() == min(_seal_rows(cluster)) and since <= MIDNIGHT - 2 * D
+    with kept.offered():
+        for start, end in ((MIDNIGHT - 2 * D, NOW), (MIDNIGHT - D, MIDNIGHT), (MIDNIGHT, NOW)):
+            got = kept_stranded(cluster, "sim", start, end, now=NOW)
+            assert got is not None
+            _same(got, st.stranded_over(cluster, "sim", start, end))
+        assert kept_stranded(cluster, "sim", MIDNIGHT + H / 2, NOW, now=NOW) is None
+        assert kept_stranded(cluster, "sim", MIDNIGHT, NOW, now=NOW + H) is None
+        assert kept_stranded(cluster, "sim", MIDNIGHT, NOW + H, now=NOW) is None

@@ -35,7 +35,7 @@ from warehouse.analytics.fragmentation import (
 )
 from warehouse.analytics.stranded import stranded_over
 from warehouse.analytics.tenancy import in_tenant
-from warehouse.ledger.tail import kept_moment
+from warehouse.ledger.tail import kept_moment, kept_stranded
 from warehouse.times import instant
 
 _EXAMPLE = "2026-11-30T12:00"
@@ -138,7 +138,9 @@ def stranded(filters: Filters, viewer: Viewer) -> Stranded:
     until = at_of(filters)
     start = filters.window.start
     if until > start:
-        series, tenants = stranded_over(context.get().wh, report.cluster, start, until)
+        wh, now = context.get().wh, context.get().ledger_now()
+        kept = kept_stranded(wh, report.cluster, start, until, now=now)
+        series, tenants = kept or stranded_over(wh, report.cluster, start, until)
     else:  # a range wholly in the future: nothing measured yet
         series, tenants = _no_series(), _no_tenants()
     if report.tenant is not None:

@@ -251,15 +251,36 @@ def stranded_over(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """As :func:`warehouse.analytics.fragmentation.stranded_over` (the same figures), reading
     the hours whose seal holds and sampling the others live."""
+    rows = stranded_rows(
+        wh, cluster, start, end, step, window=window, scope=scope, mix_event=mix_event
+    )
+    return over_range(*rows, end, step)
+
+
+def stranded_rows(
+    wh: Warehouse,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    step: dt.timedelta = _HOUR,
+    *,
+    window: dt.timedelta = DEFAULT_WINDOW,
+    scope: str = "model",
+    mix_event: str = "started",
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What :func:`stranded_over` adds up: the rows of every instant of [start, end) a
+    ``step`` apart (:func:`~warehouse.analytics.fragmentation.stranded_instants`' series and
+    tenants), sealed where the seals hold. An instant's rows depend on it alone, so the rows
+    of a longer span, cut to these instants, are these."""
     sample = functools.partial(
         stranded_instants, wh, cluster, window=window, scope=scope, mix_event=mix_event
     )
     if start.tzinfo is None or end.tzinfo is None:  # refused there, naming the time
-        return over_range(*sample(start, end, step), end, step)
+        return sample(start, end, step)
     start, end = start.astimezone(dt.UTC), end.astimezone(dt.UTC)
     sealable = (scope, window, mix_event) == SEALED and step == _HOUR and end > start
     if not sealable or start != _floor_hour(start):
-        return over_range(*sample(start, end, step), end, step)
+        return sample(start, end, step)
     n = -(-(end - start) // _HOUR)
     instants = [start + i * _HOUR for i in range(n)]
     d0, d1 = _day_number(instants[0]), _day_number(instants[-1]) + 1
@@ -281,7 +302,7 @@ def stranded_over(
         tenant_parts.append(t)
     series = pl.concat([p.select(_SERIES) for p in series_parts], how="vertical_relaxed")
     tenants = pl.concat([p.select(_TENANTS) for p in tenant_parts], how="vertical_relaxed")
-    return over_range(series, tenants, end, step)
+    return series, tenants
 
 
 def _holding(wh: Warehouse, cluster: str, d0: int, d1: int) -> dict[int, Seal]:

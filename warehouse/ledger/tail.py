@@ -37,9 +37,9 @@ from collections.abc import Callable, Iterator, Mapping
 
 import polars as pl
 
-from warehouse.analytics import fleet, moment
+from warehouse.analytics import fleet, moment, stranded
 from warehouse.analytics import idle as idle_runs
-from warehouse.analytics.fragmentation import FragmentationReport, fragmentation_at
+from warehouse.analytics.fragmentation import FragmentationReport, fragmentation_at, over_range
 from warehouse.analytics.tenancy import in_tenant
 from warehouse.client import Warehouse, WarehouseError
 from warehouse.ledger.result import IdleRule
@@ -101,6 +101,13 @@ class Tail:
     #: before today) to ``now``.
     hourly: pl.DataFrame | None = None
     hourly_since: dt.datetime | None = None
+    #: Per known cluster: its stranded capacity's rows of every hour from its first sealed
+    #: day of those days (today, without one) to ``now``
+    #: (:func:`~warehouse.analytics.stranded.stranded_rows`, the sealed settings), and
+    #: where they start.
+    stranded: Mapping[str, tuple[dt.datetime, pl.DataFrame, pl.DataFrame]] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,14 +184,37 @@ class LiveTail:
                 found = sealed_rows(self.wh, day, seal)
             if found is not None:  # else it was sealed again meanwhile: the next pass reads it
                 kept[seal[0]] = found
-        moments = {c: moment_of(self.wh, c, now) for c in fleet.known_clusters(self.wh)}
+        clusters = fleet.known_clusters(self.wh)
+        moments = {c: moment_of(self.wh, c, now) for c in clusters}
         since = day_start(d - FINGERPRINT_DAYS)
         hourly = fleet.fleet_hourly(self.wh, "", since, now)
+        strand = {c: self._stranded(c, d, now) for c in clusters}
         tail = Tail(
-            key, self.idle, start, rows, now, idle_now, prints, cut, kept, moments, hourly, since
+            key,
+            self.idle,
+            start,
+            rows,
+            now,
+            idle_now,
+            prints,
+            cut,
+            kept,
+            moments,
+            hourly,
+            since,
+            strand,
         )
         self._tail = tail
         return tail
+
+    def _stranded(
+        self, cluster: str, d: int, now: dt.datetime
+    ) -> tuple[dt.datetime, pl.DataFrame, pl.DataFrame]:
+        """``cluster``'s stranded rows from its first sealed day of the kept days to ``now``
+        (days before any seal would all be sampled live: not kept)."""
+        sealed = stranded.seals(self.wh, cluster, d - FINGERPRINT_DAYS, d + 1)
+        since = day_start(min(sealed)) if sealed else day_start(d)
+        return (since, *stranded.stranded_rows(self.wh, cluster, since, now))
 
     def current(self) -> Tail | None:
         """The kept tail, unless it is :data:`STALE_PASSES` passes old or more."""
@@ -321,6 +351,25 @@ def kept_fleet_hourly(
     if tail is None or tail.hourly is None:
         return None
     return tail.hourly.filter((pl.col("ts") >= start) & (pl.col("ts") < end))
+
+
+def kept_stranded(
+    wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime, *, now: dt.datetime
+) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """:func:`~warehouse.analytics.stranded.stranded_over` of ``cluster`` over [start, end)
+    (hourly, the sealed settings) from a kept tail as of exactly ``now`` that holds those
+    hours, or None (ask the warehouse): its rows of the instants in [start, end), added up."""
+
+    def fits(t: Tail) -> bool:
+        held = t.stranded.get(cluster)
+        return held is not None and held[0] <= start == _hour(start) and end <= t.now
+
+    tail = _kept(wh, now, None, fits)
+    if tail is None:
+        return None
+    _since, series, tenants = tail.stranded[cluster]
+    inside = (pl.col("ts") >= start) & (pl.col("ts") < end)
+    return over_range(series.filter(inside), tenants.filter(inside), end)
 
 
 def _hour(t: dt.datetime) -> dt.datetime:

@@ -42,11 +42,14 @@ import datetime as dt
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from collector.records import JobEvent
 from warehouse.analytics import queues as qu
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
+from warehouse.ledger import IdleRule
+from warehouse.ledger.tail import LiveTail, kept_attempts
 
 T0 = dt.datetime(2026, 3, 2, 8, 0, tzinfo=dt.UTC)
 END = T0 + dt.timedelta(hours=4)
@@ -238,3 +241,20 @@ def test_bad_windows_are_refused(wh: Warehouse) -> None:
         qu.wait_times(wh, "c1", END, T0)
     with pytest.raises(qu.QueueError, match="timezone-aware"):
         qu.queue_length(wh, "c1", T0.replace(tzinfo=None), END)
+
+
+def test_a_kept_tail_holds_the_attempts_of_a_range_up_to_today(jobs: Warehouse) -> None:
+    """The server's live tail keeps every attempt of a window ending at the next midnight: a
+    range up to today, from any start, as of its instant, gets the rows asking gives."""
+    now = T0 + dt.timedelta(hours=5)
+    midnight = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
+    kept = LiveTail(jobs, IdleRule(0.05, 1800), every_s=60, clock=lambda: now)
+    kept.refresh()
+    with kept.offered():
+        for start in (T0 - dt.timedelta(days=3), T0, m(60), m(150), m(180)):
+            got = kept_attempts(jobs, "c1", start, midnight, now=now)
+            assert got is not None
+            assert_frame_equal(got, qu.attempts(jobs, "c1", start, midnight))
+        assert kept_attempts(jobs, "c1", T0, END, now=now) is None  # another end
+        assert kept_attempts(jobs, "c1", T0, midnight, now=now + dt.timedelta(seconds=1)) is None
+    assert kept.served == 5

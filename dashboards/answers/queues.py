@@ -19,6 +19,7 @@ from dashboards.context import Viewer
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
 from warehouse.analytics import pending, queues
+from warehouse.ledger.tail import kept_attempts
 
 
 def group_of(filters: Filters, by: str | None = None) -> str:
@@ -34,16 +35,18 @@ def group_of(filters: Filters, by: str | None = None) -> str:
 
 def report(filters: Filters, viewer: Viewer, by: str | None = None) -> queues.QueueReport:
     """Waits and failures over the range, grouped by ``by`` (else the filters' grouping)."""
-    window = filters.window
+    window, ctx, cluster = filters.window, context.get(), one_cluster(filters)
     return queues.report(
-        context.get().wh,
-        one_cluster(filters),
+        ctx.wh,
+        cluster,
         window.start,
         window.end,
         by=(group_of(filters, by),),
         tenant=viewer.scope(filters.tenant),
         pool=filters.pool,
         gpu_model=filters.gpu_model,
+        # a range up to today as of the live tail's instant: the attempts it keeps
+        rows=kept_attempts(ctx.wh, cluster, window.start, window.end, now=ctx.ledger_now()),
     )
 
 

@@ -85,6 +85,16 @@ def attempts(wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime) 
     )
 
 
+def attempts_in(rows: pl.DataFrame, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+    """The rows of :func:`attempts` of [start, end) among those of a window with the same
+    ``end`` that starts earlier: every other column depends on ``end`` alone (the condition
+    is the SQL's, nulls alike)."""
+    start, end = _window(start, end)
+    queued, left = pl.col("queued_ts"), pl.col("left_queue_ts")
+    waited = (queued < end) & (left.is_null() | (left >= start))
+    return rows.filter(waited | (pl.col("started_ts") >= start) | (pl.col("ended_ts") >= start))
+
+
 #: The events after which an attempt no longer waits.
 LEAVING_EVENTS = frozenset({"started"} | TERMINAL_EVENTS)
 
@@ -413,13 +423,16 @@ def report(
     pool: str = "",
     gpu_model: str = "",
     top: int = 5,
+    rows: pl.DataFrame | None = None,
 ) -> QueueReport:
     """Wait-time percentiles, outcome rates, top reasons and lost GPU-hours per group over
-    [start, end), from one query; ``tenant`` (an org or org/project), ``pool`` and
-    ``gpu_model`` keep their attempts alone."""
+    [start, end), from one query (or from ``rows``, the :func:`attempts` of that window at
+    hand); ``tenant`` (an org or org/project), ``pool`` and ``gpu_model`` keep their attempts
+    alone."""
     start, end = _window(start, end)
     by = _by(by)
-    rows = attempts(wh, cluster, start, end).filter(_only(tenant, pool, gpu_model))
+    found = attempts(wh, cluster, start, end) if rows is None else rows
+    rows = found.filter(_only(tenant, pool, gpu_model))
     return QueueReport(
         wait_percentiles(rows, start, end, by),
         outcome_rates(rows, start, end, by),

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import polars as pl
 
-from warehouse.analytics import fleet, moment, stranded
+from warehouse.analytics import fleet, moment, queues, stranded
 from warehouse.analytics import idle as idle_runs
 from warehouse.analytics.fragmentation import FragmentationReport, fragmentation_at, over_range
 from warehouse.analytics.tenancy import in_tenant
@@ -55,7 +55,7 @@ from warehouse.ledger.seal import (
     usage_with_seals,
 )
 from warehouse.ledger.usage import live_usage_frame
-from warehouse.times import next_month, same_days_before
+from warehouse.times import FIRST_INSTANT, next_month, same_days_before
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,9 @@ class Tail:
     stranded: Mapping[str, tuple[dt.datetime, pl.DataFrame, pl.DataFrame]] = dataclasses.field(
         default_factory=dict
     )
+    #: Per known cluster: every job attempt of a window ending at the next midnight, as
+    #: :func:`~warehouse.analytics.queues.attempts` gives them for the whole history.
+    attempts: Mapping[str, pl.DataFrame] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +192,7 @@ class LiveTail:
         since = day_start(d - FINGERPRINT_DAYS)
         hourly = fleet.fleet_hourly(self.wh, "", since, now)
         strand = {c: self._stranded(c, d, now) for c in clusters}
+        tried = {c: queues.attempts(self.wh, c, FIRST_INSTANT, day_start(d + 1)) for c in clusters}
         tail = Tail(
             key,
             self.idle,
@@ -203,6 +207,7 @@ class LiveTail:
             hourly,
             since,
             strand,
+            tried,
         )
         self._tail = tail
         return tail
@@ -370,6 +375,22 @@ def kept_stranded(
     _since, series, tenants = tail.stranded[cluster]
     inside = (pl.col("ts") >= start) & (pl.col("ts") < end)
     return over_range(series.filter(inside), tenants.filter(inside), end)
+
+
+def kept_attempts(
+    wh: Warehouse, cluster: str, start: dt.datetime, end: dt.datetime, *, now: dt.datetime
+) -> pl.DataFrame | None:
+    """:func:`~warehouse.analytics.queues.attempts` of ``cluster`` over [start, end) from a
+    kept tail as of exactly ``now`` whose attempts end there too (a window up to today), or
+    None (ask the warehouse)."""
+
+    def fits(t: Tail) -> bool:
+        return cluster in t.attempts and end == day_start(day_number(t.now) + 1)
+
+    tail = _kept(wh, now, None, fits)
+    if tail is None:
+        return None
+    return queues.attempts_in(tail.attempts[cluster], start, end)
 
 
 def _hour(t: dt.datetime) -> dt.datetime:

@@ -183,7 +183,13 @@ def test_a_kept_tail_holds_the_stranded_hours_up_to_its_instant(cluster: Warehou
     since = tail.stranded["sim"][0]
     assert since.date() == min(_seal_rows(cluster)) and since <= MIDNIGHT - 2 * D
     with kept.offered():
-        for start, end in ((MIDNIGHT - 2 * D, NOW), (MIDNIGHT - D, MIDNIGHT), (MIDNIGHT, NOW)):
+        spans = (
+            (MIDNIGHT - 2 * D, NOW),
+            (MIDNIGHT - D, MIDNIGHT),
+            (MIDNIGHT, NOW),
+            (MIDNIGHT, NOW - H),
+        )
+        for start, end in spans:
             got = kept_stranded(cluster, "sim", start, end, now=NOW)
             assert got is not None
             _same(got, st.stranded_over(cluster, "sim", start, end))

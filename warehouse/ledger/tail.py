@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import polars as pl
 
+from gpuledger_errors import InputError
 from warehouse.analytics import fleet, moment, queues, stranded
 from warehouse.analytics import idle as idle_runs
 from warehouse.analytics.fragmentation import FragmentationReport, fragmentation_at, over_range
@@ -259,10 +260,10 @@ class LiveTail:
                     wait = self.every_s
                     try:
                         self.refresh()
-                    except WarehouseError as exc:
-                        log.error(
-                            "computing today's live hours failed (next in %g s): %s", wait, exc
-                        )
+                    # a part the warehouse refused, or an answer refused for what it holds
+                    # (a cluster without inventory…), fails this pass alone
+                    except (WarehouseError, InputError) as exc:
+                        log.error("computing the live tail failed (next in %g s): %s", wait, exc)
 
         thread = threading.Thread(target=loop, name="ledger-live-tail", daemon=True)
         thread.start()

@@ -397,8 +397,9 @@ class _Run:
             self._fire(*self.queue.pop(pick))
 
     def act(self) -> None:
-        """Click every button of the page's callbacks once and select each grid's first row,
-        one at a time, each followed by what it triggers."""
+        """Click every button of the page's callbacks once, select each grid's first row and
+        have each infinite grid ask for its first block, one at a time, each followed by what
+        it triggers."""
         for cb in self.replay.callbacks:
             for dep in cb.inputs:
                 for ident in self._resolve(dep):
@@ -420,6 +421,11 @@ class _Run:
         props = self.props.get(key, {})
         if prop == "n_clicks":
             return int(props.get("n_clicks") or 0) + 1
+        if prop == "getRowsRequest" and props.get("rowModelType") == "infinite":
+            # an infinite grid asks for its first block once shown, and again when told to
+            # forget its blocks (a clientside callback, after a pick): acted after the picks
+            block = (props.get("dashGridOptions") or {}).get("cacheBlockSize", 100)
+            return {"startRow": 0, "endRow": block, "sortModel": [], "filterModel": {}}
         rows = props.get("rowData")
         if prop in ("selectedRows", "cellClicked") and isinstance(rows, list) and rows:
             first = rows[0]

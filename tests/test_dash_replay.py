@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import dash_ag_grid as dag
 from dash import ALL, MATCH, Dash, Input, Output, State, dcc, html
 
 from benchmarks.dash_replay import Replay
@@ -108,3 +109,43 @@ def test_clicks_and_pinned_props() -> None:
     assert load.props["toy-b"]["children"] == 10
     assert load.props["toy-clicked"]["children"] == "clicked 1 with 5"
     assert [c.callback for c in load.calls if c.action] == ["toy-clicked.children"]
+
+
+def test_an_infinite_grid_asks_for_its_first_block_when_acted() -> None:
+    """An infinite grid asks for its rows itself (a browser's grid, once shown): acted, the
+    replay asks for its first block, of the grid's block size, with the state read then."""
+    app = Dash(__name__)
+    app.layout = html.Div(
+        [
+            dcc.Input(id="toy-a", value=3),
+            dag.AgGrid(
+                id="toy-grid",
+                rowModelType="infinite",
+                columnDefs=[{"field": "n"}],
+                dashGridOptions={"cacheBlockSize": 7},
+            ),
+            dag.AgGrid(id="toy-plain", columnDefs=[{"field": "n"}], rowData=[]),
+        ]
+    )
+
+    @app.callback(
+        Output("toy-grid", "getRowsResponse"),
+        Input("toy-grid", "getRowsRequest"),
+        State("toy-a", "value"),
+        prevent_initial_call=True,
+    )
+    def rows(asked: Any, a: Any) -> dict[str, Any]:
+        first, last = asked["startRow"], asked["endRow"]
+        return {"rowData": [{"n": int(a) * i} for i in range(first, last)], "rowCount": 99}
+
+    @app.callback(
+        Output("toy-a", "value"), Input("toy-plain", "getRowsRequest"), prevent_initial_call=True
+    )
+    def never(asked: Any) -> Any:  # a grid of the client-side model asks for nothing
+        raise AssertionError(asked)
+
+    load = Replay(_Flask(app)).load("/", actions=True)
+    assert not [c for c in load.calls if c.failed]
+    [asked] = [c for c in load.calls if c.action]
+    assert asked.callback == "toy-grid.getRowsResponse"
+    assert load.props["toy-grid"]["getRowsResponse"]["rowData"] == [{"n": 3 * i} for i in range(7)]

@@ -27,7 +27,7 @@ STATE = "?from=2026-03-03&to=2026-03-04"
 TREE = [("tenants-treemap", "figure"), ("tenants-tree", "rowData"), ("tenants-note", "children")]
 QUOTAS = [("tenants-quotas", "rowData"), ("tenants-quotas-note", "children")]
 JOBS = [
-    ("tenants-jobs", "rowData"),
+    ("tenants-jobs", "getRowsResponse"),
     ("tenants-jobs-title", "children"),
     ("tenants-jobs-note", "children"),
 ]
@@ -137,19 +137,39 @@ def test_quota_positions_match_why_tenant_and_are_scoped(fleet: Warehouse, orgs:
     assert forged["tenants-quotas"]["rowData"] == [] and orgs[1] + "/" not in json.dumps(forged)
 
 
-def _jobs(client: Any, picked: dict[str, str] | None, state: str = STATE) -> dict[str, Any]:
+#: What the jobs' grid asks for: its first block, or (here) every row at once.
+EVERY = {"startRow": 0, "endRow": 100_000, "sortModel": [], "filterModel": {}}
+
+
+def _jobs(
+    client: Any,
+    picked: dict[str, str] | None,
+    state: str = STATE,
+    asked: dict[str, Any] = EVERY,
+) -> dict[str, Any]:
     status, response = post(
-        client, JOBS, [("filters-state", "data", state), ("tenants-selected", "data", picked)]
+        client,
+        JOBS,
+        [
+            ("tenants-jobs", "getRowsRequest", asked),
+            ("filters-state", "data", state),
+            ("tenants-selected", "data", picked),
+        ],
     )
     assert status == 200
     return response
 
 
+def _rows(response: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = response["tenants-jobs"]["getRowsResponse"]["rowData"]
+    return rows
+
+
 def test_a_tenants_jobs_add_up_to_its_ledger_row(fleet: Warehouse, by_tenant: Ledger) -> None:
     client = _client(fleet, MANAGER)
-    assert _jobs(client, None)["tenants-jobs"]["rowData"] == []  # nothing picked yet
+    assert _rows(_jobs(client, None)) == []  # nothing picked yet
     row = max(by_tenant.rows, key=lambda r: r.total_cost)
-    jobs = _jobs(client, {"tenant": row.key, "user": ""})["tenants-jobs"]["rowData"]
+    jobs = _rows(_jobs(client, {"tenant": row.key, "user": ""}))
     assert jobs and {j["tenant"] for j in jobs} == {row.key}
     assert sum(j["allocated_gpu_hours"] for j in jobs) == pytest.approx(row.allocated_gpu_hours)
     # to the cent, from the API's exact figures (the grid shows them as numbers)
@@ -162,8 +182,46 @@ def test_a_tenants_jobs_add_up_to_its_ledger_row(fleet: Warehouse, by_tenant: Le
     ]
     assert {j["state"] for j in jobs} <= {"running", "ended"}
     user = jobs[0]["user"]
-    theirs = _jobs(client, {"tenant": row.key, "user": user})["tenants-jobs"]["rowData"]
+    theirs = _rows(_jobs(client, {"tenant": row.key, "user": user}))
     assert theirs and {j["user"] for j in theirs} == {user} and len(theirs) <= len(jobs)
+
+
+def test_the_jobs_grid_asks_for_blocks_sorted_and_filtered_on_the_server(
+    fleet: Warehouse, by_tenant: Ledger
+) -> None:
+    """The grid asks for a block of rows at a time: the server sorts and filters the tenant's
+    jobs as the grid's columns say, cuts the block, and says how many match."""
+    client = _client(fleet, MANAGER)
+    row = max(by_tenant.rows, key=lambda r: r.total_cost)
+    picked = {"tenant": row.key, "user": ""}
+    every = _rows(_jobs(client, picked))
+    assert len(every) > 6
+    by_cost = {**EVERY, "sortModel": [{"colId": "total_cost", "sort": "desc"}]}
+    costs = [j["total_cost"] for j in _rows(_jobs(client, picked, asked=by_cost))]
+    assert costs == sorted((j["total_cost"] for j in every), reverse=True)
+    block = _jobs(client, picked, asked={**by_cost, "startRow": 2, "endRow": 5})
+    assert [j["total_cost"] for j in _rows(block)] == costs[2:5]
+    assert block["tenants-jobs"]["getRowsResponse"]["rowCount"] == len(every)
+    user = every[0]["user"]
+    text = {"user": {"filterType": "text", "type": "equals", "filter": user.upper()}}
+    big = {"filterType": "number", "type": "greaterThan", "filter": 1.5}
+    found = _jobs(
+        client, picked, asked={**EVERY, "filterModel": {**text, "allocated_gpu_hours": big}}
+    )
+    mine = [j for j in every if j["user"] == user and j["allocated_gpu_hours"] > 1.5]
+    assert _rows(found) == mine and found["tenants-jobs"]["getRowsResponse"]["rowCount"] == len(
+        mine
+    )
+    assert f"{len(mine):,} match the grid's filters" in json.dumps(found) or len(mine) == len(every)
+    either = {"filterType": "text", "operator": "OR", "conditions": [
+        {"filterType": "text", "type": "startsWith", "filter": every[0]["job_id"]},
+        {"filterType": "text", "type": "startsWith", "filter": every[1]["job_id"]}]}  # fmt: skip
+    assert {j["job_id"] for j in _rows(_jobs(client, picked, asked={**EVERY, "filterModel": {
+        "job_id": either}}))} >= {every[0]["job_id"], every[1]["job_id"]}  # fmt: skip
+    wrong = _jobs(
+        client, picked, asked={**EVERY, "sortModel": [{"colId": "secret", "sort": "asc"}]}
+    )
+    assert _rows(wrong) == [] and "no column 'secret' to sort by" in json.dumps(wrong)
 
 
 def test_the_api_lists_each_job_as_the_ledger_has_it(fleet: Warehouse, orgs: list[str]) -> None:
@@ -205,14 +263,12 @@ def test_the_api_lists_each_job_as_the_ledger_has_it(fleet: Warehouse, orgs: lis
 def test_a_forged_pick_of_another_tenant_is_refused(fleet: Warehouse, orgs: list[str]) -> None:
     mine, other = orgs[:2]
     lead = _client(fleet, Viewer("lead", f"tenant:{mine}"))
-    own = _jobs(lead, None)["tenants-jobs"]["rowData"]  # its own jobs without picking
+    own = _rows(_jobs(lead, None))  # its own jobs without picking
     assert own and all(j["tenant"].startswith(mine + "/") for j in own)
     forged = _jobs(lead, {"tenant": other, "user": ""})
-    assert forged["tenants-jobs"][
-        "rowData"
-    ] == [] and "may see the figures of tenant" in json.dumps(forged)
+    assert _rows(forged) == [] and "may see the figures of tenant" in json.dumps(forged)
     sneaky = _jobs(lead, {"tenant": mine, "user": ""}, STATE + f"&tenant={other}")
-    assert sneaky["tenants-jobs"]["rowData"] == []
+    assert _rows(sneaky) == []
     api = lead.get("/api/v1/jobs", query_string={"of": other})
     assert api.status_code == 403
 

@@ -372,6 +372,33 @@ def test_a_filter_changes_the_page_and_its_url(
 
 
 # -- as a tenant ------------------------------------------------------------------------------
+def test_picking_a_tenant_lists_its_jobs_a_block_at_a_time(manager: Browser) -> None:
+    """The jobs' grid asks the server for its rows: nothing before a pick; a row picked in
+    the tenants' table lists that tenant's jobs, and sorting a column asks again."""
+    visit = manager.open("/tenants")
+    try:
+        jobs = visit.page.locator("#tenants-jobs .ag-center-cols-container .ag-row")
+        assert "Pick a tenant" in visit.page.inner_text("#tenants-jobs-note")
+        visit.page.locator("#tenants-tree .ag-center-cols-container .ag-row").first.click()
+        visit.page.wait_for_function(
+            "() => document.getElementById('tenants-jobs-title').innerText.startsWith('Jobs of')",
+            timeout=60_000,
+        )
+        visit.settle()
+        assert jobs.count() > 0 and "jobs," in visit.page.inner_text("#tenants-jobs-note")
+        tenant = visit.page.inner_text("#tenants-jobs-title").removeprefix("Jobs of ").strip()
+        shown = visit.page.locator("#tenants-jobs .ag-center-cols-container [col-id=tenant]")
+        assert all(t.startswith(tenant) for t in shown.all_inner_texts())
+        asked = len(visit.updates)
+        visit.page.click("#tenants-jobs .ag-header-cell[col-id=user] .ag-header-cell-label")
+        visit.settle()
+        assert len(visit.updates) > asked  # sorted on the server: a new block asked for
+        assert jobs.count() > 0 and not visit.failures(manager.site.log)
+        _screenshot(visit, "tenants-jobs")
+    finally:
+        visit.page.close()
+
+
 def test_the_name_check_sees_what_a_manager_is_shown(manager: Browser, demo_site: Site) -> None:
     """The check below can fail: a manager's browser gets every org's name (the tenant
     filter offers them all), and the check finds them."""

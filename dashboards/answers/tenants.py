@@ -183,8 +183,9 @@ def jobs(filters: Filters, viewer: Viewer, of: str = "", user: str = "") -> dict
 
 
 def job_grid(filters: Filters, viewer: Viewer, of: str = "", user: str = "") -> dict[str, Any]:
-    """:func:`jobs` as the Tenants page's grid shows them: its columns alone, times to the
-    minute, money as numbers (to the cent; the exact text is the API's), newest first."""
+    """:func:`jobs` as the Tenants page's grid shows them (``frame``: its columns alone, times
+    to the minute, money as numbers to the cent, the exact text being the API's; newest
+    first), for the grid to ask a block of at a time (:func:`dashboards.grids.block`)."""
     table, scope = _jobs_of(filters, viewer, of, user)
     used, allocated = pl.col("used_gpu_hours"), pl.col("allocated_gpu_hours")
     minute = "%Y-%m-%d %H:%M"
@@ -212,13 +213,13 @@ def job_grid(filters: Filters, viewer: Viewer, of: str = "", user: str = "") -> 
         _money(direct).cast(pl.Float64).alias("direct_cost"),
         _money(shared).cast(pl.Float64).alias("shared_cost"),
         _money(direct + shared).cast(pl.Float64).alias("total_cost"),
-    ).to_dicts()
+    )
     return {
         "tenant": scope,
         "user": user or None,
         "currency": table.currency,
         "total_cost": str(table.total_cost),
-        "rows": rows,
+        "frame": rows,
     }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import dash
 import dash_ag_grid as dag
 import plotly.graph_objects as go
-from dash import Input, Output, callback, dcc, html
+from dash import Input, Output, State, callback, clientside_callback, dcc, html
 
 from dashboards import grids, widgets
 from dashboards.answers import tenants as answers
@@ -57,18 +57,23 @@ QUOTA_COLUMNS = [
     grids.number("idle_gpus", "Idle held GPUs", 1),
     grids.number("idle_borrowed_gpus", "Idle borrowed GPUs", 1),
 ]
+# a tenant's month can hold tens of thousands of jobs: the grid asks for them a block at a
+# time, filtered and sorted on the server (the figures with the number filter)
 JOB_COLUMNS = [
-    grids.column("job_id", "Job", pinned="left", minWidth=230),
-    grids.column("user", "User"),
-    grids.column("tenant", "Tenant", minWidth=180),
-    grids.column("gpu_model", "GPU model", minWidth=170),
-    grids.number("gpus", "GPUs", 1),
-    grids.column("start", "Start (UTC)"),
-    grids.column("end", "End (UTC)"),
-    grids.column("state", "State"),
-    grids.number("unmeasured_gpu_hours", "Unmeasured GPU-h"),
-    *_HOURS,
-    *_COST,
+    {**c, "filter": "agNumberColumnFilter"} if c.get("type") == "rightAligned" else c
+    for c in [
+        grids.column("job_id", "Job", pinned="left", minWidth=230),
+        grids.column("user", "User"),
+        grids.column("tenant", "Tenant", minWidth=180),
+        grids.column("gpu_model", "GPU model", minWidth=170),
+        grids.number("gpus", "GPUs", 1),
+        grids.column("start", "Start (UTC)"),
+        grids.column("end", "End (UTC)"),
+        grids.column("state", "State"),
+        grids.number("unmeasured_gpu_hours", "Unmeasured GPU-h"),
+        *_HOURS,
+        *_COST,
+    ]
 ]
 
 
@@ -109,8 +114,20 @@ def layout(**_query: str) -> html.Div:
             dcc.Loading(_grid("tenants-quotas", QUOTA_COLUMNS, style={"height": "300px"})),
             html.H3(id="tenants-jobs-title", children="Jobs"),
             dcc.Store(id="tenants-selected"),
+            dcc.Store(id="tenants-jobs-asked"),
             html.Div(id="tenants-jobs-note"),
-            dcc.Loading(_grid("tenants-jobs", JOB_COLUMNS)),
+            dag.AgGrid(
+                id="tenants-jobs",
+                columnDefs=JOB_COLUMNS,
+                rowModelType="infinite",
+                defaultColDef={"resizable": True, "sortable": True, "filter": True},
+                dashGridOptions={
+                    "cacheBlockSize": grids.BLOCK_ROWS,
+                    "maxBlocksInCache": 20,
+                    "infiniteInitialRowCount": 1,
+                },
+                style={"height": "420px"},
+            ),
         ]
     )
 
@@ -231,28 +248,50 @@ def _select(rows: list[dict[str, Any]] | None, click: dict[str, Any] | None) -> 
     raise dash.exceptions.PreventUpdate
 
 
+# a new pick or new filters: the grid forgets its blocks and asks for the first one again
+clientside_callback(
+    """function(picked, state) {
+        try { dash_ag_grid.getApi('tenants-jobs').purgeInfiniteCache(); } catch (e) {}
+        return window.dash_clientside.no_update;
+    }""",
+    Output("tenants-jobs-asked", "data"),
+    Input("tenants-selected", "data"),
+    Input("filters-state", "data"),
+    prevent_initial_call=True,
+)
+
+_NO_ROWS = {"rowData": [], "rowCount": 0}
+
+
 @callback(
-    Output("tenants-jobs", "rowData"),
+    Output("tenants-jobs", "getRowsResponse"),
     Output("tenants-jobs-title", "children"),
     Output("tenants-jobs-note", "children"),
-    Input("filters-state", "data"),
-    Input("tenants-selected", "data"),
+    Input("tenants-jobs", "getRowsRequest"),
+    State("filters-state", "data"),
+    State("tenants-selected", "data"),
+    prevent_initial_call=True,
 )
 def _jobs(
-    state: str | None, picked: dict[str, str] | None
-) -> tuple[list[dict[str, Any]], str, Any]:
-    """The jobs of the picked tenant (else of the viewer's or the filters' tenant)."""
+    asked: dict[str, Any] | None, state: str | None, picked: dict[str, str] | None
+) -> tuple[dict[str, Any], str, Any]:
+    """The block of jobs the grid asks for, of the picked tenant (else of the viewer's or the
+    filters' tenant), filtered and sorted as the grid's columns say."""
     picked = picked or {}
     try:
         filters, who = widgets.asked(state)
         if not (picked.get("tenant") or filters.tenant or who.tenant):
-            return [], "Jobs", widgets.message("Pick a tenant in the table or the treemap above.")
+            note = widgets.message("Pick a tenant in the table or the treemap above.")
+            return _NO_ROWS, "Jobs", note
         doc = ask(answers.job_grid, filters, who, picked.get("tenant", ""), picked.get("user", ""))
+        shown = grids.block(doc["frame"], asked)
     except (Forbidden, InputError) as exc:
-        return [], "Jobs", widgets.message(str(exc))
+        return _NO_ROWS, "Jobs", widgets.message(str(exc))
     title = f"Jobs of {doc['tenant']}" + (f" by {doc['user']}" if doc["user"] else "")
-    rows = doc["rows"]
-    if not rows:
-        return [], title, widgets.message("No job held GPUs in the range.")
-    count = f"{len(rows):,} jobs, {doc['total_cost']} {doc['currency']} in all."
-    return rows, title, html.P(count, className="caption")
+    jobs = doc["frame"].height
+    if not jobs:
+        return _NO_ROWS, title, widgets.message("No job held GPUs in the range.")
+    count = f"{jobs:,} jobs, {doc['total_cost']} {doc['currency']} in all"
+    if shown["rowCount"] != jobs:
+        count += f"; {shown['rowCount']:,} match the grid's filters"
+    return shown, title, html.P(count + ".", className="caption")

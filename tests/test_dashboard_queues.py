@@ -6,17 +6,21 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import polars as pl
 import pytest
 from conftest import fresh_database, recent, simulate
 from dash_calls import call, cli_json, grid_rows, text
+from polars.testing import assert_frame_equal
 
 from dashboards.app import create_app
 from dashboards.context import Viewer
-from warehouse.analytics import explain, fleet, queues
+from warehouse.analytics import explain, fleet, pending, queues
 from warehouse.client import Warehouse
+from warehouse.ledger.result import IdleRule
+from warehouse.ledger.tail import LiveTail
 from warehouse.times import format_duration
 
 NOW = recent(dt.datetime(2026, 3, 4, 12, tzinfo=dt.UTC))
@@ -179,3 +183,33 @@ def test_the_api_holds_a_tenants_rows_alone(fleet_wh: Warehouse) -> None:
     assert refused.status_code == 403 and "wait_times" not in refused.get_json()
     wrong = client.get("/api/v1/queues", query_string={**days, "by": "org"})
     assert wrong.status_code == 400 and "by 'org' is not one of" in wrong.get_json()["error"]
+
+
+def test_waiting_jobs_as_of_the_live_tail_ask_nothing_again(fleet_wh: Warehouse) -> None:
+    """The server's live tail keeps what each cluster's waiting jobs are judged against at its
+    instant: the Queues page's "why waiting" as of that instant takes it, and says what asking
+    says, to a manager and to a tenant alike."""
+    lead = Viewer("lead", f"tenant:{fleet.known_tenants(fleet_wh)[0].split('/')[0]}")
+    want = {
+        who: call(_client(fleet_wh, who, BUSY), PENDING, {"filters-state.data": RANGE})
+        for who in (MANAGER, lead)
+    }
+    assert grid_rows(want[MANAGER]["queues-pending"]["children"])  # some job waits then
+    rule = IdleRule(0.05, 1800)
+    kept = LiveTail(fleet_wh, rule, every_s=60, clock=lambda: BUSY)
+    tail = kept.refresh()
+    assert BUSY.replace(hour=0, minute=0, second=0, microsecond=0) == BUSY
+    assert "sim" not in tail.stranded  # a midnight, nothing sealed: no stranded hour yet
+    queue = tail.moments["sim"].queue
+    asked = pending.queue_at(fleet_wh, "sim", BUSY)
+    for part in ("waiting", "allocs", "quotas", "free"):
+        assert_frame_equal(getattr(queue, part), getattr(asked, part))
+    refused = [
+        mock.patch.object(module, name, side_effect=AssertionError(name))
+        for module, name in ((explain, "waiting_at"), (pending, "free_state"))
+    ]
+    with kept.offered(), refused[0], refused[1]:
+        for who in (MANAGER, lead):
+            app = create_app(fleet_wh, viewer=lambda w=who: w, now=lambda: BUSY, as_of=kept.now)
+            got = call(app.server.test_client(), PENDING, {"filters-state.data": RANGE})
+            assert got == want[who], who.role

@@ -19,7 +19,7 @@ from dashboards.context import Viewer
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
 from warehouse.analytics import pending, queues
-from warehouse.ledger.tail import kept_attempts
+from warehouse.ledger.tail import kept_attempts, kept_moment
 
 
 def group_of(filters: Filters, by: str | None = None) -> str:
@@ -52,13 +52,16 @@ def report(filters: Filters, viewer: Viewer, by: str | None = None) -> queues.Qu
 
 def waiting(filters: Filters, viewer: Viewer) -> list[pending.Waiting]:
     """The job attempts waiting at the range's end (or now), longest first, with why."""
+    wh, cluster, at = context.get().wh, one_cluster(filters), at_of(filters)
+    then = kept_moment(wh, at, cluster=cluster)  # at the live tail's instant: what it kept
     return pending.waiting_jobs(
-        context.get().wh,
-        one_cluster(filters),
-        at_of(filters),
+        wh,
+        cluster,
+        at,
         tenant=viewer.scope(filters.tenant),
         pool=filters.pool,
         gpu_model=filters.gpu_model,
+        queue=then.queue if then is not None else None,
     )
 
 

@@ -52,6 +52,40 @@ class Waiting:
         return plain
 
 
+@dataclasses.dataclass(frozen=True)
+class Queue:
+    """What a cluster's waiting jobs are judged against at one instant (:func:`queue_at`):
+    the attempts waiting, the open allocations, the quotas in force and the free state."""
+
+    waiting: pl.DataFrame
+    allocs: pl.DataFrame
+    quotas: pl.DataFrame
+    free: pl.DataFrame
+
+
+def _utc(at: dt.datetime) -> dt.datetime:
+    if not isinstance(at, dt.datetime) or at.tzinfo is None:
+        raise explain.ExplainError(f"at {at!r} must be a timezone-aware datetime (UTC)")
+    return at.astimezone(dt.UTC)
+
+
+def queue_at(wh: Warehouse, cluster: str, at: dt.datetime) -> Queue:
+    """:class:`Queue` of ``cluster`` at ``at``, asked of the warehouse."""
+    at = _utc(at)
+    return _queue(wh, cluster, at, explain.waiting_at(wh, cluster, at))
+
+
+def _queue(wh: Warehouse, cluster: str, at: dt.datetime, waiting: pl.DataFrame) -> Queue:
+    return Queue(
+        waiting,
+        queries.run(
+            wh, "why_open_allocations", cluster=cluster, at=at, tenant="", util_window_s=3600
+        ),
+        queries.run(wh, "why_quotas_at", cluster=cluster, at=at),
+        free_state(wh, cluster, at),
+    )
+
+
 def waiting_jobs(
     wh: Warehouse,
     cluster: str,
@@ -60,14 +94,14 @@ def waiting_jobs(
     tenant: str | None = None,
     pool: str = "",
     gpu_model: str = "",
+    queue: Queue | None = None,
 ) -> list[Waiting]:
     """Every job attempt of ``cluster`` waiting at ``at`` (of ``tenant``, ``pool`` and
     ``gpu_model`` alone when given), longest-waiting first, each with the reasons it does not
-    start (judged against the whole queue)."""
-    if not isinstance(at, dt.datetime) or at.tzinfo is None:
-        raise explain.ExplainError(f"at {at!r} must be a timezone-aware datetime (UTC)")
-    at = at.astimezone(dt.UTC)
-    waiting = explain.waiting_at(wh, cluster, at)
+    start (judged against the whole queue). ``queue``: :func:`queue_at` of the same cluster
+    and instant, kept from before (else its parts are asked of the warehouse)."""
+    at = _utc(at)
+    waiting = queue.waiting if queue is not None else explain.waiting_at(wh, cluster, at)
     keep = in_tenant(tenant) if tenant is not None else pl.lit(True)
     for column, value in (("pool", pool), ("gpu_model", gpu_model)):
         if value:
@@ -75,11 +109,9 @@ def waiting_jobs(
     shown = waiting.filter(keep)
     if not shown.height:
         return []
-    allocs = queries.run(
-        wh, "why_open_allocations", cluster=cluster, at=at, tenant="", util_window_s=3600
-    )
-    quotas = queries.run(wh, "why_quotas_at", cluster=cluster, at=at)
-    free = free_state(wh, cluster, at)
+    if queue is None:  # the rest is asked only when some job waits
+        queue = _queue(wh, cluster, at, waiting)
+    allocs, quotas, free = queue.allocs, queue.quotas, queue.free
     out = []
     memo: dict[Any, Any] = {}
     for job in shown.sort("queued_ts", "job_id", nulls_last=True).iter_rows(named=True):

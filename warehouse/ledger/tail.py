@@ -12,7 +12,8 @@ cluster and tenant, and so are the fingerprints that a read checks its sealed da
 (:func:`~warehouse.ledger.seal.fingerprints`, this month's days and the month before's): data
 that arrives late shows from the next pass on. Each cluster's moment at that instant (the jobs
 waiting, what each tenant holds against its guarantee, its fragmentation: what the Overview's
-findings and the Capacity page show now) is kept alike. The rows of those days' seals are kept
+findings and the Capacity page show now, and what its waiting jobs are judged against: the
+Queues page's "why waiting") is kept alike. The rows of those days' seals are kept
 too, read once per seal (a seal's rows never change; a day sealed again is read again at the
 next pass), so a month's ledger reads no sealed row from the warehouse: about 45 MB per 30 days
 of the 1,024-GPU demo.
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 import polars as pl
 
 from gpuledger_errors import InputError
-from warehouse.analytics import fleet, moment, queues, stranded
+from warehouse.analytics import fleet, moment, pending, queues, stranded
 from warehouse.analytics import idle as idle_runs
 from warehouse.analytics.fragmentation import FragmentationReport, fragmentation_at, over_range
 from warehouse.analytics.tenancy import in_tenant
@@ -119,11 +120,13 @@ class Moment:
     """A cluster at one instant, as :mod:`warehouse.analytics.moment` tells it: the jobs
     waiting (:func:`~warehouse.analytics.moment.waiting`), held against guaranteed
     (:func:`~warehouse.analytics.moment.held_vs_guaranteed`) and its fragmentation
-    (:func:`~warehouse.analytics.fragmentation.fragmentation_at` with its defaults)."""
+    (:func:`~warehouse.analytics.fragmentation.fragmentation_at` with its defaults), and what
+    its waiting jobs are judged against (:func:`~warehouse.analytics.pending.queue_at`)."""
 
     waiting: pl.DataFrame
     held: pl.DataFrame
     fragmentation: FragmentationReport
+    queue: pending.Queue
 
 
 def moment_of(wh: Warehouse, cluster: str, at: dt.datetime) -> Moment:
@@ -132,6 +135,7 @@ def moment_of(wh: Warehouse, cluster: str, at: dt.datetime) -> Moment:
         moment.waiting(wh, cluster, at),
         moment.held_vs_guaranteed(wh, cluster, at),
         fragmentation_at(wh, cluster, at),
+        pending.queue_at(wh, cluster, at),
     )
 
 
@@ -192,7 +196,10 @@ class LiveTail:
         moments = {c: moment_of(self.wh, c, now) for c in clusters}
         since = day_start(d - FINGERPRINT_DAYS)
         hourly = fleet.fleet_hourly(self.wh, "", since, now)
-        strand = {c: self._stranded(c, d, now) for c in clusters}
+        strand = {}
+        for c in clusters:
+            if (hours := self._stranded(c, d, now)) is not None:
+                strand[c] = hours
         tried = {c: queues.attempts(self.wh, c, FIRST_INSTANT, day_start(d + 1)) for c in clusters}
         tail = Tail(
             key,
@@ -215,11 +222,14 @@ class LiveTail:
 
     def _stranded(
         self, cluster: str, d: int, now: dt.datetime
-    ) -> tuple[dt.datetime, pl.DataFrame, pl.DataFrame]:
+    ) -> tuple[dt.datetime, pl.DataFrame, pl.DataFrame] | None:
         """``cluster``'s stranded rows from its first sealed day of the kept days to ``now``
-        (days before any seal would all be sampled live: not kept)."""
+        (days before any seal would all be sampled live: not kept), or None at the midnight
+        that starts the first (no hour to keep)."""
         sealed = stranded.seals(self.wh, cluster, d - FINGERPRINT_DAYS, d + 1)
         since = day_start(min(sealed)) if sealed else day_start(d)
+        if since >= now:
+            return None
         return (since, *stranded.stranded_rows(self.wh, cluster, since, now))
 
     def current(self) -> Tail | None:

@@ -17,6 +17,10 @@ end reaches the warehouse after its hours were sealed.
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
 
 import polars as pl
 import pytest
@@ -303,3 +307,40 @@ def test_a_kept_tail_answers_the_gpus_idle_at_its_instant(ingest: Ingestor) -> N
         assert kept.served == len(asked)
         idle_now(wh, at + dt.timedelta(seconds=1), idle=rule, prices=prices, cluster="c1")
         assert kept.served == len(asked)
+
+
+def _until(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 120
+    while not done():
+        assert time.monotonic() < deadline, f"no {what} in 120 s"
+        time.sleep(0.05)
+
+
+def test_a_pass_the_warehouse_refuses_is_logged_and_the_next_one_tried(
+    ingest: Ingestor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's refresher outlives a failed pass: it logs why, its old tail ages out (the
+    pages compute live meanwhile), and the next pass that succeeds is offered again."""
+    wh = ingest.wh
+    clock = [NOW]
+    kept = LiveTail(wh, idle_rule(), every_s=0.05, clock=lambda: clock[0])
+    stop = threading.Event()
+    thread = kept.start(stop)
+    try:
+        _until(lambda: kept.current() is not None, "first pass")
+        away = f"RENAME TABLE {wh.database}.allocations TO {wh.database}.allocations_away"
+        wh.command(away)
+        try:
+            with caplog.at_level(logging.ERROR, logger="warehouse.ledger.tail"):
+                clock[0] = NOW + dt.timedelta(minutes=1)
+                _until(lambda: "computing the live tail failed" in caplog.text, "logged failure")
+            assert thread.is_alive()
+            assert kept.current() is None and kept.now() == clock[0]  # aged out: the clock
+        finally:
+            wh.command(f"RENAME TABLE {wh.database}.allocations_away TO {wh.database}.allocations")
+        clock[0] = NOW + dt.timedelta(minutes=2)
+        _until(lambda: kept.now() == NOW + dt.timedelta(minutes=2), "pass after the failure")
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()

@@ -111,19 +111,24 @@ class _Lines:
 
 def _lines(usage: pl.DataFrame, segments: Sequence[PriceSegment]) -> _Lines:
     keyed = usage.with_columns(pl.col(k).fill_null("") for k in LINE_KEYS)
-    frame = (
-        keyed.group_by(LINE_KEYS)
+    grouped = (
+        keyed.with_row_index("_row")
+        .group_by(LINE_KEYS)
         .agg(
             pl.col("allocated_gpu_ms").sum(),
             pl.col("used_gpu_hours").sum(),
             pl.col("measured_gpu_hours").sum(),
             pl.col("idle_gpu_hours").sum(),
             pl.col("used_gpu_hours").is_not_null().any().alias("_measured"),
+            pl.col("_row"),
         )
         .sort(LINE_KEYS)
         .with_row_index("_line")
     )
-    rows = keyed.join(frame.select(*LINE_KEYS, "_line"), on=list(LINE_KEYS)).with_row_index("_row")
+    # each row's line from the groups' own row lists: half the time of joining on nine keys
+    line_of = grouped.select("_line", "_row").explode("_row").sort("_row")["_line"]
+    frame = grouped.drop("_row")
+    rows = keyed.with_columns(line_of).with_row_index("_row")
     priced, unpriced = priced_ms(rows, segments, "s", "e", "allocated_gpu_ms", ["_line"])
     prices = [s.price for s in segments]
     direct = dict.fromkeys(frame["_line"].to_list(), Decimal(0))

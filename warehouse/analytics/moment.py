@@ -9,7 +9,7 @@ import datetime as dt
 
 import polars as pl
 
-from warehouse.analytics import queues
+from warehouse.analytics import explain
 from warehouse.analytics.fragmentation import FragmentationReport, fragmentation_at
 from warehouse.analytics.idle import open_holds
 from warehouse.client import Warehouse
@@ -20,12 +20,15 @@ def waiting(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFrame:
     """The job attempts waiting at ``at`` (queued at or before it, not yet started or gone),
     with wait_s, how long each has waited. Columns: those of
     :func:`warehouse.analytics.queues.attempts`, plus wait_s."""
-    rows = queues.attempts(wh, cluster, at, at + dt.timedelta(milliseconds=1))
-    return rows.filter(
-        pl.col("queued_ts").is_not_null()
-        & (pl.col("queued_ts") <= at)
-        & (pl.col("left_queue_ts").is_null() | (pl.col("left_queue_ts") > at))
-    ).with_columns(((pl.lit(at) - pl.col("queued_ts")).dt.total_seconds()).alias("wait_s"))
+    return waited(explain.waiting_at(wh, cluster, at), at)
+
+
+def waited(rows: pl.DataFrame, at: dt.datetime) -> pl.DataFrame:
+    """:func:`~warehouse.analytics.explain.waiting_at`'s attempts with wait_s, how long each
+    has waited at ``at``."""
+    return rows.with_columns(
+        ((pl.lit(at) - pl.col("queued_ts")).dt.total_seconds()).alias("wait_s")
+    )
 
 
 def held_vs_guaranteed(wh: Warehouse, cluster: str, at: dt.datetime) -> pl.DataFrame:

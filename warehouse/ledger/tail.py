@@ -131,11 +131,12 @@ class Moment:
 
 def moment_of(wh: Warehouse, cluster: str, at: dt.datetime) -> Moment:
     """:class:`Moment` of ``cluster`` at ``at``, asked of the warehouse."""
+    queue = pending.queue_at(wh, cluster, at)  # its waiting attempts are the moment's too
     return Moment(
-        moment.waiting(wh, cluster, at),
+        moment.waited(queue.waiting, at),
         moment.held_vs_guaranteed(wh, cluster, at),
         fragmentation_at(wh, cluster, at),
-        pending.queue_at(wh, cluster, at),
+        queue,
     )
 
 

@@ -548,3 +548,12 @@ def demo_site(_site_data: Site) -> Iterator[Site]:
     run: stopped when they end, not at the end of the session."""
     with serving(_site_data.cmd, _site_data.env, _site_data.data_dir, log=_site_data.log) as url:
         yield dataclasses.replace(_site_data, url=url)
+
+
+def eventually(condition: Callable[[], object], timeout: float = 5.0, what: str = "it") -> None:
+    """Wait until ``condition()`` holds (a thread or a process reaching a state), failing the
+    test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(0.005)

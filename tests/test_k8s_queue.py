@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import eventually
 from k8s_fake import FakeKubeApi
 from k8s_helpers import (
     JOB_UID,
@@ -41,13 +42,6 @@ from collector.kubernetes.queue import QUEUED_REASON
 from warehouse.analytics import queues as qu
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
-
-
-def eventually(condition: Callable[[], object], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 def once_each(events: list[Any]) -> bool:

@@ -19,12 +19,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-import time
-from collections.abc import Callable
 
 import polars as pl
 import pytest
-from conftest import idle_rule, ledger_between, recent, usage_between
+from conftest import eventually, idle_rule, ledger_between, recent, usage_between
 from polars.testing import assert_frame_equal
 
 from collector.records import SAMPLE_SCHEMA, GpuInventory, JobEvent, Price
@@ -309,13 +307,6 @@ def test_a_kept_tail_answers_the_gpus_idle_at_its_instant(ingest: Ingestor) -> N
         assert kept.served == len(asked)
 
 
-def _until(done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 120
-    while not done():
-        assert time.monotonic() < deadline, f"no {what} in 120 s"
-        time.sleep(0.05)
-
-
 def test_a_pass_the_warehouse_refuses_is_logged_and_the_next_one_tried(
     ingest: Ingestor, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -327,19 +318,21 @@ def test_a_pass_the_warehouse_refuses_is_logged_and_the_next_one_tried(
     stop = threading.Event()
     thread = kept.start(stop)
     try:
-        _until(lambda: kept.current() is not None, "first pass")
+        eventually(lambda: kept.current() is not None, 120, "the first pass")
         away = f"RENAME TABLE {wh.database}.allocations TO {wh.database}.allocations_away"
         wh.command(away)
         try:
             with caplog.at_level(logging.ERROR, logger="warehouse.ledger.tail"):
                 clock[0] = NOW + dt.timedelta(minutes=1)
-                _until(lambda: "computing the live tail failed" in caplog.text, "logged failure")
+                eventually(
+                    lambda: "computing the live tail failed" in caplog.text, 120, "the failure"
+                )
             assert thread.is_alive()
             assert kept.current() is None and kept.now() == clock[0]  # aged out: the clock
         finally:
             wh.command(f"RENAME TABLE {wh.database}.allocations_away TO {wh.database}.allocations")
         clock[0] = NOW + dt.timedelta(minutes=2)
-        _until(lambda: kept.now() == NOW + dt.timedelta(minutes=2), "pass after the failure")
+        eventually(lambda: kept.now() == NOW + dt.timedelta(minutes=2), 120, "the next pass")
     finally:
         stop.set()
         thread.join(30)

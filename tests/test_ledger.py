@@ -403,3 +403,25 @@ def test_a_price_book_in_another_currency_is_refused(cluster: Warehouse) -> None
     assert load_price_book(cluster, "USD").currency == "USD"
     with pytest.raises(LedgerError, match=r"prices are in USD, but ledger\.currency is 'EUR'"):
         load_price_book(cluster, "EUR")
+
+
+def test_censored_holds_are_those_whose_latest_version_is_censored(cluster: Warehouse) -> None:
+    """j7 is cut at 08:00 when its source stopped observing; j8 was cut at 07:00 too, then its
+    real end (06:30, before the cut) arrived late and replaced that version of its interval:
+    only j7 is told as censored."""
+    ing = Ingestor(cluster, 35, now=lambda: T10 + dt.timedelta(hours=2))
+    ing.write_gpus([GpuInventory(T0 - dt.timedelta(days=1), "c1", "p1", "n1", "G5", 4, "H100")])
+    common = dict(tenant="web/search", org="web", project="search", pool="p1", gpu_model="H100")
+    common |= dict(gpus_requested=1.0, node="n1", gpu_uuids=("G5",))
+    events = [
+        JobEvent(h(6), "c1", "j7", "started", **common),
+        JobEvent(h(8), "c1", "j7", "censored", started_at=h(6), **common),
+        JobEvent(h(6), "c1", "j8", "started", **common),
+        JobEvent(h(7), "c1", "j8", "censored", started_at=h(6), **common),
+    ]
+    assert ing.write_job_events(events).quarantined_total == 0
+    late = JobEvent(h(6.5), "c1", "j8", "finished", started_at=h(6), **common)
+    assert ing.write_job_events([late]).quarantined_total == 0
+    (cut,) = ledger(cluster).censored
+    assert (cut.cluster, cut.allocations, cut.observation_end) == ("c1", 1, h(8))
+    assert cut.gpu_hours == pytest.approx(2.0)

@@ -70,3 +70,16 @@ class Filters:
             **change,
         }
         return "?" + urlencode({k: v for k, v in state.items() if v})
+
+
+def ranges(today: dt.date) -> list[tuple[str, dt.date, dt.date]]:
+    """The ranges the shell offers in one click, as (label, first day, last day): the pages'
+    default, the last 30 days, this month so far and last month."""
+    first = today.replace(day=1)
+    last_month = first - dt.timedelta(days=1)
+    return [
+        (f"{DEFAULT_DAYS} days", today - dt.timedelta(days=DEFAULT_DAYS - 1), today),
+        ("30 days", today - dt.timedelta(days=29), today),
+        ("This month", first, today),
+        ("Last month", last_month.replace(day=1), last_month),
+    ]

@@ -152,6 +152,7 @@ def _viewer() -> Any:
 
 def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     """Serve the dashboard and the ingest/health/metrics API until Ctrl-C or SIGTERM."""
+    from dashboards.answers.warm import warm
     from dashboards.app import create_app
     from dashboards.cache import AnswerCache, keep_refreshed
     from gpuledger.advise_commands import decide
@@ -207,7 +208,11 @@ def _serve(wh: Any, settings: Settings, *, insecure: bool = False) -> int:
     # slow answer (or the answer cache's refresh) never holds up another request's
     pages_wh = wh.per_thread()
     idle = idle_rule(settings)
-    tail = LiveTail(pages_wh, idle, every_s=s.live_tail_s, clock=utc_now) if s.live_tail_s else None
+    tail = (
+        LiveTail(pages_wh, idle, every_s=s.live_tail_s, clock=utc_now, warm=warm)
+        if s.live_tail_s
+        else None
+    )
     app = create_app(
         pages_wh,
         idle=idle,

@@ -37,7 +37,7 @@ from warehouse.ledger import (
     month_window,
     seal,
 )
-from warehouse.ledger.tail import LiveTail
+from warehouse.ledger.tail import MADE_PER_PASS, LiveTail, kept_made
 from warehouse.times import same_days_before
 
 T = recent(dt.datetime(2026, 11, 2, tzinfo=dt.UTC), margin=dt.timedelta(days=3))
@@ -265,22 +265,25 @@ def test_a_kept_tail_answers_the_live_hours_as_of_its_instant_alone(ingest: Inge
         # another cluster gets its own rows (none), another instant or window computes live
         assert usage_between(wh, T, end, now=NOW, cluster="c2").height == 0
         assert kept.served == 5
-        # the month's window ends at the next month's first: kept as well
+        # the month's window ends at the next month's first: kept as well (on a month's last
+        # day it is the window above, whose ledger this pass has made already)
         _same(_figures(wh, T, month_end), month_figures)
-        assert kept.served == 6
+        made_before = month_end == end
+        assert (kept.served, kept.made_served) == ((5, 1) if made_before else (6, 0))
+        served = kept.served
         _rows(wh, T, end + DAY if end + DAY != month_end else end + 2 * DAY)
         usage_between(wh, T, end, now=NOW + dt.timedelta(seconds=1), cluster="c1")
         usage_between(wh, T, end, now=NOW, cluster="c1", idle_min_duration_s=600)
-        assert kept.served == 6
+        assert kept.served == served
         # three passes without a refresh: the tail is not offered, the pages read the clock
         clock[0] = NOW + dt.timedelta(minutes=3)
         assert kept.current() is None and kept.now() == clock[0]
         _rows(wh, T, end)
-        assert kept.served == 6
+        assert kept.served == served
     # once no longer offered, nobody reads it
     clock[0] = NOW
     _rows(wh, T, end)
-    assert kept.served == 6
+    assert kept.served == served
 
 
 def _prices(wh: Warehouse) -> PriceBook:
@@ -337,3 +340,83 @@ def test_a_pass_the_warehouse_refuses_is_logged_and_the_next_one_tried(
         stop.set()
         thread.join(30)
     assert not thread.is_alive()
+
+
+def test_an_answer_made_of_a_pass_is_made_once_and_kept_with_it_alone(ingest: Ingestor) -> None:
+    """kept_made: the first to ask a key of a pass makes it and those asking at the same time
+    wait for it; asked again of that pass it is not made again; the next pass, another
+    instant, or no tail at all make it anew; a make that fails keeps nothing; a pass keeps at
+    most MADE_PER_PASS answers (the rest are made each time)."""
+    wh = ingest.wh
+    rule = idle_rule()
+    made: list[str] = []
+    gate = threading.Event()
+
+    def make(what: str, wait: bool = False) -> str:
+        if wait:
+            gate.wait(10)
+        made.append(what)
+        return f"{what}#{len(made)}"
+
+    assert kept_made(wh, NOW, rule, "k", lambda: make("k")) == "k#1"  # nothing offered
+    clock = [NOW]
+    kept = LiveTail(wh, rule, every_s=60, clock=lambda: clock[0])
+    kept.refresh()
+    with kept.offered():
+        got: list[str] = []
+        askers = [
+            threading.Thread(target=lambda f=f: got.append(kept_made(wh, NOW, rule, "k", f)))
+            for f in (lambda: make("k", wait=True), lambda: make("k"))
+        ]
+        for a in askers:
+            a.start()
+        eventually(lambda: kept.current() is not None and len(kept.current().made) == 1)
+        gate.set()
+        for a in askers:
+            a.join(10)
+        assert got == ["k#2", "k#2"] and made == ["k", "k"]  # made once for the two askers
+        assert kept_made(wh, NOW, rule, "k", lambda: make("again")) == "k#2"
+        assert kept.made_served == 2
+        assert kept_made(wh, NOW, idle_rule(idle_min_duration_s=60), "k", lambda: make("o"))
+        assert kept_made(wh, NOW + HOUR, rule, "k", lambda: make("later")) == "later#4"
+
+        def fails() -> str:
+            raise ValueError("refused")
+
+        with pytest.raises(ValueError, match="refused"):
+            kept_made(wh, NOW, rule, "f", fails)
+        assert kept_made(wh, NOW, rule, "f", lambda: make("f")) == "f#5"
+        for n in range(MADE_PER_PASS):
+            kept_made(wh, NOW, rule, n, lambda: make("fill"))
+        beyond = [kept_made(wh, NOW, rule, "x", lambda: make("x")) for _ in range(2)]
+        assert beyond == [f"x#{len(made) - 1}", f"x#{len(made)}"]  # not kept: made each time
+        clock[0] = NOW + dt.timedelta(seconds=1)
+        kept.refresh()  # the next pass keeps nothing of the last one's
+        assert kept_made(wh, clock[0], rule, "k", lambda: make("next")).startswith("next#")
+
+
+def test_a_warmed_pass_answers_the_ledger_it_made_before_anyone_asked(ingest: Ingestor) -> None:
+    """The refresher calls ``warm`` with each pass's instant once it is offered: a ledger it
+    computes is made then, and a page asking the same of that pass gets the same figures
+    without reading the tail's rows again."""
+    wh = ingest.wh
+    _end_the_first_seal(ingest)
+    end = T + DAY
+    want = _figures(wh, T, end)
+    warmed: list[dt.datetime] = []
+
+    def warm(at: dt.datetime) -> None:
+        _figures(wh, T, end)
+        warmed.append(at)
+
+    kept = LiveTail(wh, idle_rule(), every_s=60, clock=lambda: NOW, warm=warm)
+    stop = threading.Event()
+    thread = kept.start(stop)  # one pass now, the next in a minute
+    try:
+        eventually(lambda: warmed == [NOW], 120, "the warmed pass")
+        served = kept.served
+        _same(_figures(wh, T, end), want)
+        assert (kept.served, kept.made_served) == (served, 1)
+    finally:
+        stop.set()
+        thread.join(30)

@@ -343,14 +343,15 @@ def test_a_kept_tail_checks_the_sealed_days_as_of_its_pass(ingest: Ingestor) -> 
         assert kept.fingerprints_served == 1
         late = _samples([h(36 + 10 / 60) + dt.timedelta(seconds=30)], util=0.9)
         assert ingest.write_samples(late.filter(pl.col("gpu_uuid") == "G1")).quarantined_total == 0
-        _same(_figures(wh, D0, D3, now=at), EXPECT)  # as of the pass: the seal holds for it
-        assert kept.fingerprints_served == 2
+        # as of the pass the seal holds for it: its ledger is the one made of that pass
+        _same(_figures(wh, D0, D3, now=at), EXPECT)
+        assert (kept.fingerprints_served, kept.made_served) == (1, 1)
         minute = (0.8 + 0.9) / 2 - 0.8
         want = {**EXPECT, "t-jC": (1 / 3, 0.8 / 3 + minute / 60, 0.0)}
         _same(_figures(wh, D0, D3, now=at + dt.timedelta(seconds=1)), want)  # another instant
         kept.refresh()
         _same(_figures(wh, D0, D3, now=at), want)  # the next pass sees it
-        assert kept.fingerprints_served == 3
+        assert (kept.fingerprints_served, kept.made_served) == (2, 1)
 
 
 def test_a_kept_tail_holds_the_rows_of_the_seals_it_found(ingest: Ingestor) -> None:

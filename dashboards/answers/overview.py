@@ -58,13 +58,19 @@ def _month_start(day: dt.date) -> dt.date:
     return day.replace(day=1)
 
 
-def cost_to_date(filters: Filters, viewer: Viewer) -> CostToDate:
-    """The ledger's cost from the 1st of this month to today, and of the same days of the
-    month before (cut at its last day), as ``viewer`` sees them."""
-    today = context.get().ledger_now().date()
+def to_date(today: dt.date) -> tuple[tuple[dt.date, dt.date], tuple[dt.date, dt.date]]:
+    """(first, last) of this month so far, and of the same days of the month before (cut at
+    its last day)."""
     first = _month_start(today)
     before = _month_start(first - dt.timedelta(days=1))
     same_last = min(before + (today - first), first - dt.timedelta(days=1))
+    return (first, today), (before, same_last)
+
+
+def cost_to_date(filters: Filters, viewer: Viewer) -> CostToDate:
+    """The ledger's cost from the 1st of this month to today, and of the same days of the
+    month before (cut at its last day), as ``viewer`` sees them."""
+    (first, today), (before, same_last) = to_date(context.get().ledger_now().date())
     mtd = ledger_answers.shown(dataclasses.replace(filters, first=first, last=today), viewer)
     prev = ledger_answers.shown(dataclasses.replace(filters, first=before, last=same_last), viewer)
     return CostToDate(mtd.totals.total_cost, prev.totals.total_cost, mtd.currency)

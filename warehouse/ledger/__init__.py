@@ -4,10 +4,11 @@ The door every consumer uses: :func:`compute_ledger` returns a frozen :class:`Le
 :func:`why_cost` explains a month's change; :func:`seal_days` keeps finished days;
 :func:`idle_report` and :func:`idle_now` tell the idle allocated GPUs and their cost.
 :func:`cost_breakdown` and :func:`job_costs` give the same cents by several keys at
-once and per job (:func:`job_table`: the jobs as one frame).
+once and per job (:func:`job_table`: the jobs as one frame). :func:`warm_lines` makes the
+lines of the windows the pages open on, once per pass of the live tail.
 """
 
-from warehouse.ledger.compute import compute_ledger
+from warehouse.ledger.compute import compute_ledger, warm_lines
 from warehouse.ledger.cost_change import CostChange, month_window, why_cost
 from warehouse.ledger.detail import (
     BreakdownRow,
@@ -97,5 +98,6 @@ __all__ = [
     "seal_days",
     "start_sealer",
     "usage_days",
+    "warm_lines",
     "why_cost",
 ]

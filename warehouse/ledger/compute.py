@@ -60,7 +60,7 @@ from warehouse.ledger.result import (
     Window,
     grouping_keys,
 )
-from warehouse.ledger.tail import usage_kept_first
+from warehouse.ledger.tail import kept_made, usage_kept_first
 from warehouse.ledger.usage import SOURCES, capacity_frame, live_usage_frame
 
 
@@ -273,20 +273,40 @@ class DecidedLines:
     grand: Decimal  # capacity cost (or, without inventory, direct cost) to the cent
 
 
+@dataclasses.dataclass(frozen=True)
+class PricedLines:
+    """Every line of a ledger with its exact direct cost, and the capacity's cost: what
+    :func:`decide_lines` decides under any idle policy."""
+
+    lines: _Lines
+    capacity: tuple[Decimal | None, float | None, float | None, dict[tuple[str, str], float]]
+
+
+def price_lines(
+    usage: pl.DataFrame, capacity: pl.DataFrame | None, segments: Sequence[PriceSegment]
+) -> PricedLines:
+    """The lines of ``usage`` and the capacity, priced (pure: no I/O; no policy yet)."""
+    return PricedLines(_lines(usage, segments), _capacity(capacity, segments))
+
+
 def decide_lines(
     usage: pl.DataFrame,
     capacity: pl.DataFrame | None,
     segments: Sequence[PriceSegment],
     policy: IdlePolicy,
 ) -> DecidedLines:
-    """Price every line and share the unallocated cost under ``policy`` (pure: no I/O).
+    """Price every line and share the unallocated cost under ``policy`` (pure: no I/O)."""
+    return decide(price_lines(usage, capacity, segments), policy)
+
+
+def decide(priced: PricedLines, policy: IdlePolicy) -> DecidedLines:
+    """Share the unallocated cost of ``priced`` under ``policy`` and round every line.
 
     Direct cost is rounded on its own, so it never depends on the policy; the shares of the
     unallocated cost are rounded to what is left of capacity cost, so the lines plus the
     unshared part equal it to the cent.
     """
-    lines = _lines(usage, segments)
-    capacity_of = _capacity(capacity, segments)
+    lines, capacity_of = priced.lines, priced.capacity
     capacity_cost = capacity_of[0]
     direct_exact = sum(lines.direct.values(), Decimal(0))
     direct = round_conserving(lines.direct, direct_exact)
@@ -298,6 +318,81 @@ def decide_lines(
         grand - sum(direct.values(), Decimal(0)),
     )
     return DecidedLines(lines, direct, shared, capacity_of, grand)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decided:
+    """What a ledger of a window is built from, its lines decided under one policy."""
+
+    usage: pl.DataFrame
+    capacity: pl.DataFrame
+    segments: list[PriceSegment]
+    lines: DecidedLines
+
+
+def decided_inputs(
+    wh: Warehouse,
+    window: Window,
+    *,
+    now: dt.datetime,
+    idle: IdleRule,
+    prices: PriceBook,
+    policy: IdlePolicy,
+    cluster: str = "",
+    source: str = "rollup",
+    sealed: bool = True,
+) -> Decided:
+    """:func:`priced_inputs` of the window with its lines decided under ``policy``: the whole
+    fleet's (or cluster's), which every tenant's view, grouping and job split takes its cents
+    from. Where a kept tail is as of ``now``, each is made once per pass (the priced lines
+    once for every policy) and shared by whoever asks it (:func:`~warehouse.ledger.tail.
+    kept_made`)."""
+
+    def priced() -> tuple[pl.DataFrame, pl.DataFrame, list[PriceSegment], PricedLines]:
+        usage, capacity, segments = priced_inputs(
+            wh,
+            window,
+            now=now,
+            idle=idle,
+            prices=prices,
+            cluster=cluster,
+            source=source,
+            sealed=sealed,
+        )
+        return (
+            usage,
+            capacity,
+            segments,
+            price_lines(usage, capacity if capacity.height else None, segments),
+        )
+
+    def decided() -> Decided:
+        key = ("priced lines", window, cluster, prices)
+        usage, capacity, segments, lines = kept_made(wh, now, idle, key, priced)
+        return Decided(usage, capacity, segments, decide(lines, policy))
+
+    if source != "rollup" or not sealed:  # asked of the warehouse itself: nothing kept
+        usage, capacity, segments, lines = priced()
+        return Decided(usage, capacity, segments, decide(lines, policy))
+    return kept_made(wh, now, idle, ("decided lines", window, cluster, prices, policy), decided)
+
+
+def warm_lines(
+    wh: Warehouse,
+    windows: Sequence[Window],
+    *,
+    now: dt.datetime,
+    idle: IdleRule,
+    prices: PriceBook,
+    policy: str | IdlePolicy,
+) -> None:
+    """Make the whole fleet's decided lines of each of ``windows`` as of ``now``
+    (:func:`decided_inputs`), so that the pages asking them of a kept tail as of ``now`` find
+    them made: what a live tail's ``warm`` calls after its pass."""
+    for window in windows:
+        decided_inputs(
+            wh, window, now=now, idle=idle, prices=prices, policy=IdlePolicy.parse(policy)
+        )
 
 
 def build_ledger(
@@ -321,7 +416,34 @@ def build_ledger(
     the lines whose keys (``pool``, ``gpu_model``, any of :data:`GROUPINGS`) have those values.
     """
     grouping_keys(group_by)  # a grouping that is not one is refused before any work
-    decided = decide_lines(usage, capacity, segments, policy)
+    return ledger_of(
+        decide_lines(usage, capacity, segments, policy),
+        group_by=group_by,
+        policy=policy,
+        window=window,
+        computed_until=computed_until,
+        idle=idle,
+        currency=currency,
+        stranded_gpu_hours=stranded_gpu_hours,
+        tenant=tenant,
+        only=only,
+    )
+
+
+def ledger_of(
+    decided: DecidedLines,
+    *,
+    group_by: str,
+    policy: IdlePolicy,
+    window: Window,
+    computed_until: dt.datetime,
+    idle: IdleRule,
+    currency: str,
+    stranded_gpu_hours: float | None = None,
+    tenant: str | None = None,
+    only: Mapping[str, str] | None = None,
+) -> Ledger:
+    """:func:`build_ledger` of lines already decided under ``policy``."""
     lines, direct, shared = decided.lines, decided.direct, decided.shared
     capacity_cost, cap_hours, healthy, capacity_missing = decided.capacity
     grand = decided.grand
@@ -470,21 +592,20 @@ def compute_ledger(
     idle = idle or IdleRule()
     book = prices if prices is not None else load_price_book(wh)
     currency = book.currency
-    usage, capacity, segments = priced_inputs(
+    decided = decided_inputs(
         wh,
         window,
         now=now,
         idle=idle,
         prices=book,
+        policy=policy,
         cluster=cluster,
         source=source,
         sealed=sealed,
     )
     until = window.until(now)
-    ledger = build_ledger(
-        usage,
-        capacity if capacity.height else None,
-        segments,
+    ledger = ledger_of(
+        decided.lines,
         group_by=group_by,
         policy=policy,
         window=window,

@@ -25,7 +25,7 @@ import polars as pl
 
 from warehouse.analytics.tenancy import owns
 from warehouse.client import Warehouse
-from warehouse.ledger.compute import build_ledger, in_tenant, priced_inputs
+from warehouse.ledger.compute import decided_inputs, in_tenant, ledger_of, priced_inputs
 from warehouse.ledger.pricing import (
     PriceBook,
     load_price_book,
@@ -233,13 +233,12 @@ def month_cost(
     if days is not None:
         window = Window(whole_month.start, first_days_end(whole_month.start, days))
     idle = idle or IdleRule()
-    usage, capacity, segments = priced_inputs(
-        wh, window, now=now, idle=idle, prices=prices, cluster=cluster
+    made = decided_inputs(
+        wh, window, now=now, idle=idle, prices=prices, policy=policy, cluster=cluster
     )
-    whole = build_ledger(
-        usage,
-        capacity if capacity.height else None,
-        segments,
+    usage, segments = made.usage, made.segments
+    whole = ledger_of(
+        made.lines,
         group_by="tenant",
         policy=policy,
         window=window,

@@ -22,9 +22,8 @@ from warehouse.ledger.compute import (
     LINE_KEYS,
     DecidedLines,
     compute_ledger,
-    decide_lines,
+    decided_inputs,
     in_tenant,
-    priced_inputs,
 )
 from warehouse.ledger.pricing import PriceBook, PriceSegment, load_price_book, priced_ms
 from warehouse.ledger.result import IdlePolicy, IdleRule, LedgerError, Window
@@ -108,11 +107,10 @@ def _inputs(
     """The usage rows, the lines with their cents, the price segments: as compute_ledger's."""
     policy = IdlePolicy.parse(idle_policy)
     book = prices if prices is not None else load_price_book(wh)
-    usage, capacity, segments = priced_inputs(
-        wh, window, now=now, idle=idle or IdleRule(), prices=book, cluster=cluster
+    made = decided_inputs(
+        wh, window, now=now, idle=idle or IdleRule(), prices=book, policy=policy, cluster=cluster
     )
-    decided = decide_lines(usage, capacity if capacity.height else None, segments, policy)
-    return usage, decided, segments, policy, book
+    return made.usage, made.lines, made.segments, policy, book
 
 
 def _keep(tenant: str | None, only: Mapping[str, str] | None) -> pl.Expr:

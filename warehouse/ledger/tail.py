@@ -34,7 +34,8 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -64,6 +65,11 @@ log = logging.getLogger(__name__)
 #: The days before today whose fingerprints a pass keeps: this month and the whole of the
 #: one before, which the month over month reads.
 FINGERPRINT_DAYS = 62
+
+#: The most answers one pass keeps made from its figures (:func:`kept_made`): a bound on the
+#: memory that the windows asked of one pass take (a 30-day window of the 1,024-GPU demo's
+#: priced lines is about 100 MB).
+MADE_PER_PASS = 16
 
 #: A kept tail older than this many passes is not offered (its refresher stopped or fell
 #: behind): the pages then read the clock and compute live, rather than show old figures.
@@ -113,6 +119,20 @@ class Tail:
     #: Per known cluster: every job attempt of a window ending at the next midnight, as
     #: :func:`~warehouse.analytics.queues.attempts` gives them for the whole history.
     attempts: Mapping[str, pl.DataFrame] = dataclasses.field(default_factory=dict)
+    #: What pages made from these figures, per what they asked (:func:`kept_made`).
+    made: dict[Hashable, _Made] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+
+class _Made:
+    """One answer made from a tail's figures: the first to ask makes it, the others wait."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.value: Any = _UNMADE
+
+
+_UNMADE = object()
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,14 +171,19 @@ class LiveTail:
         *,
         every_s: float,
         clock: Callable[[], dt.datetime],
+        warm: Callable[[dt.datetime], object] | None = None,
     ) -> None:
         if every_s <= 0:
             raise ValueError(f"a live tail is computed every positive time, not {every_s} s")
         self.wh, self.idle, self.every_s, self.clock = wh, idle, every_s, clock
+        #: called with each pass's instant once it is offered, to make what the pages will
+        #: ask of it (:func:`kept_made`) before they ask
+        self.warm = warm
         self._tail: Tail | None = None
         self.served = 0  # reads (usage rows, GPUs idle now) answered from it
         self.fingerprints_served = 0  # sealed days' checks answered from it
         self.sealed_rows_served = 0  # reads of sealed days' rows answered from it
+        self.made_served = 0  # answers made once from it and asked again
 
     def refresh(self) -> Tail:
         """Compute the tail as of the clock now, keep it and return it."""
@@ -270,7 +295,9 @@ class LiveTail:
                 while not stop.wait(wait):
                     wait = self.every_s
                     try:
-                        self.refresh()
+                        tail = self.refresh()
+                        if self.warm is not None:
+                            self.warm(tail.now)
                     # a part the warehouse refused, or an answer refused for what it holds
                     # (a cluster without inventory…), fails this pass alone
                     except (WarehouseError, InputError) as exc:
@@ -423,6 +450,37 @@ def kept_idle_now(
     return found.filter(in_tenant(tenant)) if tenant else found
 
 
+def kept_made(
+    wh: Warehouse, now: dt.datetime, idle: IdleRule, key: Hashable, make: Callable[[], T]
+) -> T:
+    """``make()`` made once per kept tail of ``wh`` as of exactly ``now`` under ``idle``, and
+    kept with it: the first to ask ``key`` of a pass makes it, whoever asks it again of that
+    pass (another page, another viewer) takes it, and the next pass makes it anew. Without
+    such a tail, or once a pass holds :data:`MADE_PER_PASS` answers, ``make()`` alone.
+
+    ``key`` must name everything ``make`` depends on but the figures as of ``now``: it then
+    answers what it would compute, as the tail's rows do (data that arrives after it was made
+    shows from the next pass, like the rows). A ``make`` that raises keeps nothing.
+    """
+    found = _offered_tail(wh, now, idle, lambda t: True)
+    if found is None:
+        return make()
+    source, tail = found
+    with _lock:
+        slot = tail.made.get(key)
+        if slot is None and len(tail.made) < MADE_PER_PASS:
+            slot = tail.made[key] = _Made()
+    if slot is None:
+        return make()
+    with slot.lock:
+        if slot.value is _UNMADE:
+            slot.value = make()
+        else:
+            with _lock:
+                source.made_served += 1
+        return slot.value  # type: ignore[no-any-return]
+
+
 def _kept(
     wh: Warehouse,
     now: dt.datetime | None,
@@ -433,6 +491,21 @@ def _kept(
 ) -> Tail | None:
     """The offered tail of ``wh`` as of ``now`` (None: any instant) under ``idle`` (None:
     any) that ``fits``, counted in its source's ``counter``."""
+    found = _offered_tail(wh, now, idle, fits)
+    if found is None:
+        return None
+    source, tail = found
+    with _lock:
+        setattr(source, counter, getattr(source, counter) + 1)
+    return tail
+
+
+def _offered_tail(
+    wh: Warehouse,
+    now: dt.datetime | None,
+    idle: IdleRule | None,
+    fits: Callable[[Tail], bool],
+) -> tuple[LiveTail, Tail] | None:
     with _lock:
         offered = list(_offered)
     for source in offered:
@@ -443,11 +516,8 @@ def _kept(
             continue
         if now is not None and tail.now != now:
             continue
-        if not fits(tail):
-            continue
-        with _lock:
-            setattr(source, counter, getattr(source, counter) + 1)
-        return tail
+        if fits(tail):
+            return source, tail
     return None
 
 

@@ -1,0 +1,32 @@
+"""What a pass of the live tail makes before the pages ask it: the whole fleet's ledger lines
+of the ranges the shell offers in one click and of the Overview's cost to date, under the
+settings' idle policy. Every page's ledger, tenants' tree and job list of those windows (for
+any viewer: a tenant's cents are the whole ledger's) then starts from them."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from dashboards import context
+from dashboards.answers.overview import to_date
+from dashboards.filters import ranges
+from warehouse.ledger import Window, load_price_book, warm_lines
+
+
+def windows(today: dt.date) -> list[Window]:
+    """The windows warmed on ``today``, each once."""
+    days = [(first, last) for _label, first, last in ranges(today)] + list(to_date(today))
+    return [Window.days(first, last) for first, last in dict.fromkeys(days)]
+
+
+def warm(at: dt.datetime) -> None:
+    """Make the lines of :func:`windows` as of the pass at ``at``."""
+    ctx = context.get()
+    warm_lines(
+        ctx.wh,
+        windows(at.date()),
+        now=at,
+        idle=ctx.idle,
+        prices=load_price_book(ctx.wh, ctx.currency),
+        policy=ctx.idle_policy,
+    )

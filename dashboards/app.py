@@ -19,7 +19,7 @@ from dash import Dash, Input, Output, State, dcc, html
 from dashboards import api, context, downloads
 from dashboards.cache import AnswerCache
 from dashboards.context import Decide, Forbidden, Viewer
-from dashboards.filters import Filters
+from dashboards.filters import Filters, ranges
 from gpuledger_errors import InputError
 from warehouse.analytics import fleet
 from warehouse.analytics.tenancy import owns
@@ -102,6 +102,18 @@ def _layout() -> html.Div:
                 [
                     html.Label("From–to"),
                     dcc.DatePickerRange(id="filters-dates", display_format="YYYY-MM-DD"),
+                    html.Div(
+                        [
+                            dcc.Link(
+                                label,
+                                href="",
+                                id={"type": "shell-range", "index": i},
+                                className="range-link",
+                            )
+                            for i, (label, _first, _last) in enumerate(ranges(dt.date.today()))
+                        ],
+                        className="ranges",
+                    ),
                     *(
                         html.Div(
                             [
@@ -186,6 +198,23 @@ def _nav(state: str | None, ids: list[dict[str, str]]) -> list[str]:
     return [i["path"] + (state or "") for i in ids]
 
 
+def _ranges(state: str | None, path: str | None, ids: list[dict[str, int]]) -> list[str]:
+    """Each one-click range's link: this page with the filters as they are, over that range."""
+    today = context.get().now().date()
+    try:
+        f = Filters.parse(state or "", today=today)
+    except InputError:
+        f = Filters.parse("", today=today)
+    offered = ranges(today)
+    return [
+        (path or "/")
+        + f.query(
+            **{"from": offered[i["index"]][1].isoformat(), "to": offered[i["index"]][2].isoformat()}
+        )
+        for i in ids
+    ]
+
+
 def _cluster_choices(cluster: str | None) -> tuple[list[str], ...]:
     """What the filters offer once another cluster is chosen."""
     return _choices(cluster)
@@ -252,6 +281,12 @@ def _register_shell(app: Dash) -> None:
         Input("filters-state", "data"),
         State({"type": "shell-nav", "path": dash.ALL}, "id"),
     )(_nav)
+    app.callback(
+        Output({"type": "shell-range", "index": dash.ALL}, "href"),
+        Input("filters-state", "data"),
+        Input("shell-url", "pathname"),
+        State({"type": "shell-range", "index": dash.ALL}, "id"),
+    )(_ranges)
     app.callback(
         *(Output(f"filters-{name}", "options", allow_duplicate=True) for name in _CONTROLS),
         Input("filters-cluster", "value"),

@@ -263,3 +263,28 @@ def test_an_empty_warehouse_shows_empty_states(wh: Warehouse) -> None:
     inputs = [("filters-state", "data", ""), ("gpu-uuid", "data", "GPU-1")]
     gpu = outputs(update(client, GPU, inputs))
     assert "not in the warehouse's inventory" in json.dumps(gpu["gpu-message"]["children"])
+
+
+def test_the_one_click_ranges_and_the_windows_a_pass_warms() -> None:
+    """The shell's ranges on a year's first day and on a leap February's month end, and the
+    windows the live tail warms: those ranges and the Overview's cost to date, each once."""
+    from dashboards.answers.warm import windows
+    from dashboards.filters import ranges
+    from warehouse.ledger import Window
+
+    d = dt.date
+    assert ranges(d(2027, 1, 1)) == [
+        ("7 days", d(2026, 12, 26), d(2027, 1, 1)),
+        ("30 days", d(2026, 12, 3), d(2027, 1, 1)),
+        ("This month", d(2027, 1, 1), d(2027, 1, 1)),
+        ("Last month", d(2026, 12, 1), d(2026, 12, 31)),
+    ]
+    assert ranges(d(2028, 3, 31))[3] == ("Last month", d(2028, 2, 1), d(2028, 2, 29))
+    on_first = windows(d(2027, 1, 1))  # this month is today; the month before's same day too
+    assert on_first == [
+        Window.days(d(2026, 12, 26), d(2027, 1, 1)),
+        Window.days(d(2026, 12, 3), d(2027, 1, 1)),
+        Window.days(d(2027, 1, 1), d(2027, 1, 1)),
+        Window.days(d(2026, 12, 1), d(2026, 12, 31)),
+        Window.days(d(2026, 12, 1), d(2026, 12, 1)),
+    ]

@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
+from unittest import mock
 
 import dash
 import plotly
@@ -16,11 +17,14 @@ import pytest
 from conftest import fresh_database, ledger_between, simulate
 from dash_calls import post
 
+from dashboards.answers import warm
 from dashboards.app import create_app
 from dashboards.context import Viewer
+from warehouse.analytics import explain
 from warehouse.analytics.explain import why_tenant
 from warehouse.client import Warehouse
-from warehouse.ledger import Ledger, Window, job_costs
+from warehouse.ledger import IdleRule, Ledger, Window, compute, job_costs
+from warehouse.ledger.tail import LiveTail
 
 NOW = dt.datetime(2026, 3, 4, 12, tzinfo=dt.UTC)
 STATE = "?from=2026-03-03&to=2026-03-04"
@@ -313,3 +317,63 @@ def test_the_pages_serve_and_their_layouts_hold_no_tenant(
         layout = json.dumps(pages[path](), cls=plotly.utils.PlotlyJSONEncoder)
         assert '"type": "AgGrid"' in layout
         assert not any(org in layout for org in orgs)
+
+
+def test_a_warmed_pass_gives_the_pages_the_figures_they_compute(
+    fleet: Warehouse, orgs: list[str]
+) -> None:
+    """The server's live tail warms the ledger lines of the shell's ranges: a pass made them,
+    and the Tenants page's tree and jobs over such a range, for a manager and for a tenant's
+    lead, are what they compute without a tail, pricing no usage row again."""
+    month = "?from=2026-03-01&to=2026-03-04"  # "This month" on NOW's day
+    assert Window.days(dt.date(2026, 3, 1), NOW.date()) in warm.windows(NOW.date())
+    lead = Viewer("lead", f"tenant:{orgs[0]}")
+    picked = {"tenant": orgs[0], "user": ""}
+    want = {}
+    for who in (MANAGER, lead):
+        client = _client(fleet, who)
+        want[who] = (_tree(client, month), _rows(_jobs(client, picked, month)))
+    kept = LiveTail(fleet, IdleRule(), every_s=60, clock=lambda: NOW, warm=warm.warm)
+
+    def tailed(who: Viewer) -> Any:  # the app of the last one made is the one answering
+        app = create_app(fleet, viewer=lambda: who, now=lambda: NOW, as_of=kept.now)
+        return app.server.test_client()
+
+    tailed(MANAGER)
+    tail = kept.refresh()
+    with kept.offered():
+        warm.warm(NOW)
+        assert len(tail.made) == 2 * len(warm.windows(NOW.date()))  # priced, then decided
+        refused = mock.patch.object(compute, "priced_inputs", side_effect=AssertionError("asked"))
+        with refused:
+            for who in (MANAGER, lead):
+                client = tailed(who)
+                got = (_tree(client, month), _rows(_jobs(client, picked, month)))
+                assert got == want[who], who.role
+    assert kept.made_served >= 4
+
+
+def test_quota_positions_at_the_live_tails_instant_ask_nothing_again(
+    fleet: Warehouse, orgs: list[str]
+) -> None:
+    """At the live tail's instant the Tenants page's quota positions come from the queue the
+    pass kept (quotas, open allocations, waiting attempts): the same rows, for a manager and
+    a lead, without asking the warehouse for them again."""
+    lead = Viewer("lead", f"tenant:{orgs[0]}")
+    want = {}
+    for who in (MANAGER, lead):
+        status, want[who] = post(_client(fleet, who), QUOTAS, [("filters-state", "data", STATE)])
+        assert status == 200 and want[who]["tenants-quotas"]["rowData"]
+    kept = LiveTail(fleet, IdleRule(), every_s=60, clock=lambda: NOW)
+    kept.refresh()
+    asked = [
+        mock.patch.object(explain, name, side_effect=AssertionError(name))
+        for name in ("_open_allocations", "waiting_at")
+    ]
+    with kept.offered(), asked[0], asked[1]:
+        for who in (MANAGER, lead):
+            app = create_app(fleet, viewer=lambda who=who: who, now=lambda: NOW, as_of=kept.now)
+            _status, got = post(
+                app.server.test_client(), QUOTAS, [("filters-state", "data", STATE)]
+            )
+            assert got == want[who], who.role

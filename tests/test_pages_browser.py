@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime as dt
 import io
 import json
 import re
@@ -303,6 +304,29 @@ def test_the_shells_filters_live_in_the_url(manager: Browser, demo_site: Site) -
             ]
             assert dates == [first, last], reopen
             assert not visit.failures(demo_site.log)
+    finally:
+        visit.page.close()
+
+
+def test_a_one_click_range_keeps_the_page_and_its_other_filters(
+    manager: Browser, demo_site: Site
+) -> None:
+    """The shell's "30 days" link sets the range to the last 30 days, today included, on the
+    page it is clicked on, with the other filters as they were."""
+    path = next(p.path for p in PAGES if not p.templated and p.path != "/")
+    visit = manager.open(path)
+    try:
+        tenant = visit.choose("tenant", demo_site.org)
+        visit.page.click(".range-link >> text='30 days'")
+        visit.settle()
+        today = dt.datetime.now(dt.UTC).date()
+        first = (today - dt.timedelta(days=29)).isoformat()
+        wanted = {"from": [first], "to": [today.isoformat()], "tenant": [tenant]}
+        assert {k: visit.search().get(k) for k in wanted} == wanted
+        assert visit.page.evaluate("() => location.pathname") == path
+        dates = [visit.page.input_value(s) for s in ("#filters-dates", "#filters-dates-end-date")]
+        assert dates == [first, today.isoformat()]
+        assert not visit.failures(demo_site.log)
     finally:
         visit.page.close()
 

@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from dashboards import context
+from dashboards.answers.instant import at_of
 from dashboards.answers.ledger import cluster_of
 from dashboards.context import Viewer
 from dashboards.filters import Filters
@@ -18,6 +19,7 @@ from gpuledger_errors import InputError
 from warehouse.analytics import explain, fleet
 from warehouse.analytics.tenancy import owns
 from warehouse.ledger import Hours, JobTable, cost_breakdown, job_table, load_price_book
+from warehouse.ledger.tail import kept_moment
 
 #: The line a tenant or user without a name is shown under (as the ledger shows it).
 NONE = "(none)"
@@ -111,17 +113,25 @@ def _within(tenant: str, scope: str | None) -> bool:
 
 
 def quotas(filters: Filters, viewer: Viewer) -> dict[str, Any]:
-    """Each tenant's position per cluster, pool and GPU model at the window's end (or now, if
-    sooner): guaranteed, borrow limit, held, borrowed from the cohort, and idle GPUs. Other
-    tenants (the lenders) are never named."""
+    """Each tenant's position per cluster, pool and GPU model at the window's end (or the
+    ledger's now, if sooner: the live tail's instant, whose queue it keeps): guaranteed,
+    borrow limit, held, borrowed from the cohort, and idle GPUs. Other tenants (the lenders)
+    are never named."""
     scope = viewer.scope(filters.tenant)
     ctx = context.get()
-    at = min(ctx.now(), filters.window.end)
+    at = at_of(filters)
     clusters = [cluster_of(filters)] if filters.cluster else fleet.known_clusters(ctx.wh)
     rows = []
     for cluster in clusters:
+        then = kept_moment(ctx.wh, at, cluster=cluster)  # at the live tail's instant: its queue
         positions = explain.quota_positions(
-            ctx.wh, cluster, at, idle_threshold_ratio=ctx.idle.threshold_ratio
+            ctx.wh,
+            cluster,
+            at,
+            idle_threshold_ratio=ctx.idle.threshold_ratio,
+            kept=None
+            if then is None
+            else (then.queue.quotas, then.queue.allocs, then.queue.waiting),
         )
         for tenant, pools in positions.items():
             if not _within(tenant, scope):

@@ -803,13 +803,19 @@ def quota_positions(
     *,
     idle_threshold_ratio: float = 0.05,
     util_window_s: int = 3600,
+    kept: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None = None,
 ) -> dict[str, list[PoolPosition]]:
     """Every tenant's positions in ``cluster`` at ``at`` (as :func:`why_tenant` explains one
-    tenant's), from one read of the quotas, the open allocations and the waiting jobs."""
+    tenant's), from one read of the quotas, the open allocations and the waiting jobs;
+    ``kept``: those three of the same cluster and instant, read before with this util window
+    (a :class:`~warehouse.analytics.pending.Queue`'s), so that none is asked again."""
     at = _at(at)
-    quotas = queries.run(wh, "why_quotas_at", cluster=cluster, at=at)
-    allocs = _open_allocations(wh, cluster, at, util_window_s=util_window_s)
-    waiting = waiting_at(wh, cluster, at)
+    if kept is not None:
+        quotas, allocs, waiting = kept
+    else:
+        quotas = queries.run(wh, "why_quotas_at", cluster=cluster, at=at)
+        allocs = _open_allocations(wh, cluster, at, util_window_s=util_window_s)
+        waiting = waiting_at(wh, cluster, at)
     tenants = sorted(set(quotas["tenant"].to_list()) | set(allocs["tenant"].to_list()))
     out = {
         t: tenant_positions(t, quotas, allocs, lambda: waiting, idle_threshold_ratio)

@@ -18,6 +18,12 @@ too, read once per seal (a seal's rows never change; a day sealed again is read 
 next pass), so a month's ledger reads no sealed row from the warehouse: about 45 MB per 30 days
 of the 1,024-GPU demo.
 
+What pages make of these figures is kept with them too (:func:`kept_made`): a window's
+priced lines, and its lines decided under a policy, which every tenant's view, grouping and job
+list of that window takes its cents from, are made once per pass by the first to ask and taken
+by the others. The server's ``warm`` makes those of the windows the pages open on right after
+each pass, before anyone asks.
+
 Nothing else changes: the rows are those the live query gives for the same arguments (a
 cluster's are the whole fleet's rows of that cluster, since ledger_usage.sql filters by cluster
 on the allocations alone), so a caller whose "now" is the tail's own instant gets the figures

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -27,7 +27,14 @@ import polars as pl
 from warehouse.analytics import idle as idle_runs
 from warehouse.client import Warehouse
 from warehouse.ledger.compute import in_tenant
-from warehouse.ledger.pricing import CENT, PriceBook, ms_to_hours, price_segments, priced_ms
+from warehouse.ledger.pricing import (
+    CENT,
+    PriceBook,
+    PriceSegment,
+    ms_to_hours,
+    price_segments,
+    priced_ms,
+)
 from warehouse.ledger.result import GROUPINGS, IdleRule, LedgerError, Window
 from warehouse.ledger.tail import kept_idle_now, usage_kept_first
 from warehouse.ledger.usage import live_usage_frame
@@ -276,35 +283,52 @@ def daily_usage(
     )
 
 
-#: One usage row's idle cost with what it is summed by: (day, cluster, job_id, cost).
-IdleCost = tuple[dt.date, str, str, Decimal]
+@dataclasses.dataclass(frozen=True)
+class _IdleMs:
+    """The idle GPU-ms of usage rows per day, cluster, job and price segment (``_ms``): a
+    row's idle cost is its direct cost x its idle GPU-hours / allocated GPU-hours, which is
+    its idle GPU-ms priced over its [s, e) (rows that idled nothing are not priced)."""
+
+    frame: pl.DataFrame  # day, cluster, job_id, seg, _ms
+    segments: list[PriceSegment]
+
+    def cost(self, keys: Sequence[str], of: pl.DataFrame | None = None) -> dict[Any, Decimal]:
+        """The exact idle cost per ``keys`` (a tuple of their values; one value for one key),
+        of the keys in ``of`` alone when given: the GPU-ms summed per key and segment first,
+        so pricing takes one product each."""
+        frame = self.frame if of is None else self.frame.join(of, on=list(keys), how="semi")
+        summed = frame.group_by(*keys, "seg").agg(pl.col("_ms").sum())
+        cost: dict[Any, Decimal] = defaultdict(Decimal)
+        for *key, seg, ms in summed.iter_rows():
+            cost[key[0] if len(key) == 1 else tuple(key)] += (
+                ms_to_hours(ms) * self.segments[seg].price
+            )
+        return cost
 
 
-def _idle_costs(usage: pl.DataFrame, prices: PriceBook) -> list[IdleCost]:
-    """The idle cost of each usage row that left GPU time idle: its direct cost x idle
-    GPU-hours / allocated GPU-hours (rows with none cost nothing and are not priced)."""
+def _idle_ms(usage: pl.DataFrame, prices: PriceBook) -> _IdleMs:
     idle = usage.filter(
         (pl.col("allocated_gpu_ms") > 0) & (pl.col("idle_gpu_hours").fill_null(0) > 0)
-    )
-    direct = _priced(idle, prices, "allocated_gpu_ms")
-    shares = (idle["idle_gpu_hours"] * 3.6e6 / idle["allocated_gpu_ms"]).to_list()
-    keys = idle.select("day", "cluster", "job_id").iter_rows()
-    return [
-        (day, cluster, job, d * Decimal(share))
-        for (day, cluster, job), d, share in zip(keys, direct, shares, strict=True)
-        if d is not None
-    ]
+    ).with_columns((pl.col("idle_gpu_hours") * 3.6e6).alias("_idle_ms"))
+    if not idle.height:
+        empty = {"day": pl.Date, "cluster": pl.String, "job_id": pl.String}
+        return _IdleMs(pl.DataFrame(schema={**empty, "seg": pl.Int64, "_ms": pl.Float64}), [])
+    pairs = set(zip(idle["gpu_model"], idle["pool"], strict=True))
+    start, end = idle["s"].min(), idle["e"].max()
+    assert isinstance(start, dt.datetime) and isinstance(end, dt.datetime)
+    segments = price_segments(prices, pairs, start, max(end, start + dt.timedelta(seconds=1)))
+    keys = ["day", "cluster", "job_id"]
+    priced, _ = priced_ms(idle.with_row_index("_row"), segments, "s", "e", "_idle_ms", keys)
+    return _IdleMs(priced, segments)
 
 
 def _days(
-    usage: pl.DataFrame, costs: list[IdleCost], window: Window, until: dt.datetime
+    usage: pl.DataFrame, idle: _IdleMs, window: Window, until: dt.datetime
 ) -> tuple[IdleDay, ...]:
-    cost: dict[dt.date, Decimal] = defaultdict(Decimal)
-    for day, _cluster, _job, c in costs:
-        cost[day] += c
+    cost = idle.cost(["day"])
     return tuple(
         IdleDay(d.day, d.allocated_gpu_hours, d.used_gpu_hours, d.idle_gpu_hours,
-                cost[d.day].quantize(CENT))
+                cost.get(d.day, Decimal(0)).quantize(CENT))
         for d in _usage_days(usage, window, until)
     )  # fmt: skip
 
@@ -355,13 +379,20 @@ def usage_days(
     return tuple(_usage_days(usage, window, window.until(now)))
 
 
-def _worst(usage: pl.DataFrame, costs: list[IdleCost], n: int) -> tuple[IdleJob, ...]:
-    cost: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
-    for _day, cluster, job, c in costs:
-        cost[(cluster, job)] += c
+def _worst(usage: pl.DataFrame, idle: _IdleMs, n: int) -> tuple[IdleJob, ...]:
+    job = ["cluster", "job_id"]
+    top = (
+        usage.group_by(job)
+        .agg(pl.col("idle_gpu_hours").sum())
+        .filter(pl.col("idle_gpu_hours") > 0)
+        .sort(["idle_gpu_hours", *job], descending=[True, False, False])
+        .head(n)
+        .select(job)
+    )
     jobs = (
-        usage.with_columns(pl.concat_str("gpu_uuid", "mig_instance", separator="/").alias("_gpu"))
-        .group_by("cluster", "job_id")
+        usage.join(top, on=job, how="semi")
+        .with_columns(pl.concat_str("gpu_uuid", "mig_instance", separator="/").alias("_gpu"))
+        .group_by(job)
         .agg(
             pl.col("tenant").max(),
             pl.col("gpu_model").max(),
@@ -369,15 +400,14 @@ def _worst(usage: pl.DataFrame, costs: list[IdleCost], n: int) -> tuple[IdleJob,
             pl.col("allocated_gpu_ms").sum(),
             pl.col("idle_gpu_hours").sum(),
         )
-        .filter(pl.col("idle_gpu_hours") > 0)
-        .sort(["idle_gpu_hours", "cluster", "job_id"], descending=[True, False, False])
-        .head(n)
+        .sort(["idle_gpu_hours", *job], descending=[True, False, False])
     )
+    cost = idle.cost(job, top)
     return tuple(
         IdleJob(
             r["cluster"], r["job_id"], r["tenant"], r["gpu_model"], r["gpus"],
             r["allocated_gpu_ms"] / 3.6e6, r["idle_gpu_hours"],
-            cost[(r["cluster"], r["job_id"])].quantize(CENT),
+            cost.get((r["cluster"], r["job_id"]), Decimal(0)).quantize(CENT),
         )
         for r in jobs.iter_rows(named=True)
     )  # fmt: skip
@@ -400,7 +430,7 @@ def idle_report(
     keys are ``only`` (``{"pool": "p1"}``)."""
     usage = _keep(daily_usage(wh, window, now=now, idle=idle, cluster=cluster), tenant, only)
     usage = usage.with_columns(pl.col("s").dt.date().alias("day"))
-    costs = _idle_costs(usage, prices)
+    costs = _idle_ms(usage, prices)
     return IdleReport(
         window=window,
         computed_until=window.until(now),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
@@ -24,6 +25,10 @@ from gpuledger_errors import InputError
 from warehouse.analytics import gpu
 
 _MAX_UUID = 200
+#: Where a manager's telemetry is read while the GPU's holds and idle runs are (two queries
+#: at once on the engine; a tenant's needs its holds first). Threads, never processes: the
+#: engine forbids forking once open.
+_BESIDE = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpu-telemetry")
 #: The telemetry columns a GPU's source may not report at all (NVML has no tensor activity, a
 #: vGPU no power): null in every bucket, they read "not reported", never as zero.
 TELEMETRY = (
@@ -133,6 +138,9 @@ def gpu_view(gpu_uuid: str, filters: Filters, viewer: Viewer) -> GpuView:
     if not found.height:
         return dataclasses.replace(view, message=nothing)
     cluster = str(found["cluster"][0])
+    beside: Future[pl.DataFrame] | None = None
+    if scope is None and b > a:
+        beside = _BESIDE.submit(gpu.telemetry, ctx.wh, cluster, uuid, a, b)
     held = gpu.holds(ctx.wh, cluster, uuid, a, b, tenant=scope or "")
     if scope is not None and not held.height:
         return dataclasses.replace(view, message=nothing)
@@ -145,11 +153,17 @@ def gpu_view(gpu_uuid: str, filters: Filters, viewer: Viewer) -> GpuView:
         min_duration_s=ctx.idle.min_duration_s,
     )
     holds = _holds(held, idle, a, b)
-    within = None if scope is None else [(h.shown_from, h.shown_to) for h in holds]
+    if beside is not None:
+        telemetry: pl.DataFrame | None = beside.result()
+    elif b > a:
+        within = [(h.shown_from, h.shown_to) for h in holds]
+        telemetry = gpu.telemetry(ctx.wh, cluster, uuid, a, b, within=within)
+    else:
+        telemetry = None
     return dataclasses.replace(
         view,
         cluster=cluster,
         identity=found.row(0, named=True),
         holds=holds,
-        telemetry=gpu.telemetry(ctx.wh, cluster, uuid, a, b, within=within) if b > a else None,
+        telemetry=telemetry,
     )

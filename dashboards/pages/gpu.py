@@ -10,7 +10,6 @@ from typing import Any
 import dash
 import plotly.graph_objects as go
 from dash import Input, Output, callback, dcc, html
-from plotly.subplots import make_subplots
 
 from dashboards import widgets
 from dashboards.answers.gpu import GpuView, gpu_view
@@ -119,21 +118,43 @@ def timeline(view: GpuView) -> go.Figure:
     return fig
 
 
-def telemetry(view: GpuView) -> go.Figure:
+def telemetry(view: GpuView) -> go.Figure | dict[str, Any]:
+    """One panel per telemetry column, stacked on one shared time axis, as a figure
+    dictionary: the panels are laid out here, since plotly's subplot helper and trace
+    validation take longer than the query behind them."""
     frame = view.telemetry
     if frame is None or not frame.height:
         return widgets.blank("No telemetry of this GPU to show in the range.")
-    fig = make_subplots(
-        rows=len(_PANELS), cols=1, shared_xaxes=True, vertical_spacing=0.04,
-        subplot_titles=[title for _, title, _ in _PANELS],
-    )  # fmt: skip
+    n, gap = len(_PANELS), 0.04
+    tall = (1 - gap * (n - 1)) / n
     x = frame["t"].to_list()
     unreported = view.unreported
-    for row, (column, title, scale) in enumerate(_PANELS, start=1):
+    data: list[dict[str, Any]] = []
+    layout: dict[str, Any] = {
+        "template": widgets.LOOK,
+        "height": 180 * n,
+        "margin": {"l": 50, "r": 20, "t": 40},
+        "annotations": [],
+    }
+    for k, (column, title, scale) in enumerate(_PANELS, start=1):
+        top = 1 - (k - 1) * (tall + gap)
+        suffix = "" if k == 1 else str(k)
+        layout[f"xaxis{suffix}"] = {
+            "anchor": f"y{suffix}",
+            "domain": [0.0, 1.0],
+            "showticklabels": k == n,
+            **({"matches": f"x{n}"} if k != n else {}),
+        }
+        bottom = max(0.0, round(top - tall, 6))  # the last panel's is 0 to a float's last bit
+        layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [bottom, round(top, 6)]}
+        layout["annotations"].append(
+            {"text": title, "showarrow": False, "font": {"size": 16}, "xref": "paper",
+             "yref": "paper", "x": 0.5, "y": top, "xanchor": "center", "yanchor": "bottom"}
+        )  # fmt: skip
         if column in unreported:  # an empty panel that says why, not a line at zero
-            fig.add_annotation(
-                text=_UNREPORTED, showarrow=False, font={"color": "#5b6478"},
-                xref="x domain", yref="y domain", x=0.5, y=0.5, row=row, col=1,
+            layout["annotations"].append(
+                {"text": _UNREPORTED, "showarrow": False, "font": {"color": "#5b6478"},
+                 "xref": f"x{suffix} domain", "yref": f"y{suffix} domain", "x": 0.5, "y": 0.5}
             )  # fmt: skip
             continue
         series = (
@@ -143,10 +164,11 @@ def telemetry(view: GpuView) -> go.Figure:
         )
         for name, source in series:
             y = [None if v is None else v * scale for v in frame[source].to_list()]
-            fig.add_scatter(x=x, y=y, name=name, row=row, col=1)
-    height = 180 * len(_PANELS)
-    fig.update_layout(template=widgets.LOOK, height=height, margin={"l": 50, "r": 20, "t": 40})
-    return fig
+            data.append(
+                {"type": "scatter", "x": x, "y": y, "name": name,
+                 "xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
+            )  # fmt: skip
+    return {"data": data, "layout": layout}
 
 
 def _view(filters: Filters, who: Viewer, uuid: str) -> GpuView:

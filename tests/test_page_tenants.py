@@ -20,6 +20,7 @@ from dash_calls import post
 from dashboards.answers import warm
 from dashboards.app import create_app
 from dashboards.context import Viewer
+from dashboards.filters import ranges
 from warehouse.analytics import explain
 from warehouse.analytics.explain import why_tenant
 from warehouse.client import Warehouse
@@ -343,7 +344,9 @@ def test_a_warmed_pass_gives_the_pages_the_figures_they_compute(
     tail = kept.refresh()
     with kept.offered():
         warm.warm(NOW)
-        assert len(tail.made) == 2 * len(warm.windows(NOW.date()))  # priced, then decided
+        # each window's priced and decided lines, and the ranges' daily usage
+        ranged = {(first, last) for _label, first, last in ranges(NOW.date())}
+        assert len(tail.made) == 2 * len(warm.windows(NOW.date())) + len(ranged)
         refused = mock.patch.object(compute, "priced_inputs", side_effect=AssertionError("asked"))
         with refused:
             for who in (MANAGER, lead):

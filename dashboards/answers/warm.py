@@ -1,7 +1,8 @@
 """What a pass of the live tail makes before the pages ask it: the whole fleet's ledger lines
 of the ranges the shell offers in one click and of the Overview's cost to date, under the
-settings' idle policy. Every page's ledger, tenants' tree and job list of those windows (for
-any viewer: a tenant's cents are the whole ledger's) then starts from them."""
+settings' idle policy, and those ranges' usage rows day by day. Every page's ledger, tenants'
+tree and job list of those windows (for any viewer: a tenant's cents are the whole ledger's),
+and the Idle page and the Overview's range, then start from them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import datetime as dt
 from dashboards import context
 from dashboards.answers.overview import to_date
 from dashboards.filters import ranges
-from warehouse.ledger import Window, load_price_book, warm_lines
+from warehouse.ledger import Window, load_price_book, usage_days, warm_lines
 
 
 def windows(today: dt.date) -> list[Window]:
@@ -20,7 +21,8 @@ def windows(today: dt.date) -> list[Window]:
 
 
 def warm(at: dt.datetime) -> None:
-    """Make the lines of :func:`windows` as of the pass at ``at``."""
+    """Make the lines of :func:`windows` and the ranges' daily usage as of the pass at
+    ``at``."""
     ctx = context.get()
     warm_lines(
         ctx.wh,
@@ -30,3 +32,5 @@ def warm(at: dt.datetime) -> None:
         prices=load_price_book(ctx.wh, ctx.currency),
         policy=ctx.idle_policy,
     )
+    for _label, first, last in ranges(at.date()):
+        usage_days(ctx.wh, Window.days(first, last), now=at, idle=ctx.idle)

@@ -36,7 +36,7 @@ from warehouse.ledger.pricing import (
     priced_ms,
 )
 from warehouse.ledger.result import GROUPINGS, IdleRule, LedgerError, Window
-from warehouse.ledger.tail import kept_idle_now, usage_kept_first
+from warehouse.ledger.tail import kept_idle_now, kept_made, usage_kept_first
 from warehouse.ledger.usage import live_usage_frame
 
 _DAY = dt.timedelta(days=1)
@@ -264,8 +264,10 @@ def daily_usage(
     wh: Warehouse, window: Window, *, now: dt.datetime, idle: IdleRule, cluster: str = ""
 ) -> pl.DataFrame:
     """The ledger's usage rows of ``window`` (see :func:`compute_ledger`), every one within
-    one day: sealed days as sealed, the rest computed live a day at a time (splitting a
-    window never changes the ledger's figures, so these add up to its totals)."""
+    one day (its ``day``): sealed days as sealed, the rest computed live a day at a time
+    (splitting a window never changes the ledger's figures, so these add up to its totals).
+    Made once per pass of a live tail as of ``now`` for whoever asks (the Idle page and the
+    Overview's range, any viewer: each keeps its own rows of them)."""
 
     def by_day(start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
         parts: list[pl.DataFrame] = []
@@ -278,9 +280,13 @@ def daily_usage(
             t = day_end
         return pl.concat(parts, how="vertical_relaxed")
 
-    return usage_kept_first(
-        wh, by_day, window.start, window.end, now=now, idle=idle, cluster=cluster
-    )
+    def made() -> pl.DataFrame:
+        rows = usage_kept_first(
+            wh, by_day, window.start, window.end, now=now, idle=idle, cluster=cluster
+        )
+        return rows.with_columns(pl.col("s").dt.date().alias("day"))
+
+    return kept_made(wh, now, idle, ("daily usage", window, cluster), made)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -375,7 +381,6 @@ def usage_days(
     """The days of :func:`idle_report` without their cost (nothing priced): GPU-hours held,
     used and idle per day of ``window``, of ``cluster`` as ``tenant`` sees it."""
     usage = _keep(daily_usage(wh, window, now=now, idle=idle, cluster=cluster), tenant, only)
-    usage = usage.with_columns(pl.col("s").dt.date().alias("day"))
     return tuple(_usage_days(usage, window, window.until(now)))
 
 
@@ -429,7 +434,6 @@ def idle_report(
     ``cluster`` ('' for all), as ``tenant`` sees it (None: everyone), keeping the lines whose
     keys are ``only`` (``{"pool": "p1"}``)."""
     usage = _keep(daily_usage(wh, window, now=now, idle=idle, cluster=cluster), tenant, only)
-    usage = usage.with_columns(pl.col("s").dt.date().alias("day"))
     costs = _idle_ms(usage, prices)
     return IdleReport(
         window=window,

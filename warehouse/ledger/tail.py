@@ -73,9 +73,9 @@ log = logging.getLogger(__name__)
 FINGERPRINT_DAYS = 62
 
 #: The most answers one pass keeps made from its figures (:func:`kept_made`): a bound on the
-#: memory that the windows asked of one pass take (a 30-day window of the 1,024-GPU demo's
-#: priced lines is about 100 MB).
-MADE_PER_PASS = 16
+#: memory that the windows asked of one pass take (a month's priced lines of a large fleet
+#: hold its usage rows), with room for those the server warms and a few more.
+MADE_PER_PASS = 24
 
 #: A kept tail older than this many passes is not offered (its refresher stopped or fell
 #: behind): the pages then read the clock and compute live, rather than show old figures.

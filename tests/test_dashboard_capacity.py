@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 from conftest import fresh_database, recent, simulate
@@ -17,6 +18,8 @@ from dashboards.context import Viewer
 from warehouse.analytics import capacity, fleet
 from warehouse.client import Warehouse
 from warehouse.ingest.writer import Ingestor
+from warehouse.ledger import IdleRule
+from warehouse.ledger.tail import LiveTail
 
 NOW = recent(dt.datetime(2026, 3, 4, 12, tzinfo=dt.UTC))
 HOUR = NOW - dt.timedelta(hours=1)  # the heatmap's hour: the last whole one before NOW
@@ -122,6 +125,28 @@ def test_a_manager_sees_the_inventory_and_the_unhealthy_gpu(fleet_wh: Warehouse)
     sick = grid_rows(got["capacity-unhealthy"]["children"])
     assert [(r["gpu_uuid"], r["shown_xid"], r["gpu_lost"]) for r in sick] == [(SICK, 79, True)]
     assert "fallen off the bus" in sick[0]["reason"]
+
+
+def test_the_inventory_at_the_live_tails_instant_asks_nothing_again(fleet_wh: Warehouse) -> None:
+    """At the live tail's instant the inventory and the GPUs not healthy come from the
+    cluster's moment the pass kept: the same tables, a pool's alone when one is picked,
+    without asking the warehouse for them again."""
+    states = ["", "?pool=spare"]
+    want = {
+        s: call(_client(fleet_wh, MANAGER), INVENTORY, {"filters-state.data": s}) for s in states
+    }
+    assert grid_rows(want["?pool=spare"]["capacity-inventory"]["children"])
+    kept = LiveTail(fleet_wh, IdleRule(), every_s=60, clock=lambda: NOW)
+    kept.refresh()
+    asked = [
+        mock.patch.object(capacity, name, side_effect=AssertionError(name))
+        for name in ("inventory", "unhealthy")
+    ]
+    with kept.offered(), asked[0], asked[1]:
+        app = create_app(fleet_wh, viewer=lambda: MANAGER, now=lambda: NOW, as_of=kept.now)
+        for state in states:
+            got = call(app.server.test_client(), INVENTORY, {"filters-state.data": state})
+            assert got == want[state], state
 
 
 def test_the_heatmap_holds_each_gpus_hour(fleet_wh: Warehouse) -> None:

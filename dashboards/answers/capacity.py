@@ -83,13 +83,11 @@ def inventory(filters: Filters, viewer: Viewer) -> pl.DataFrame:
     """The inventory at :func:`at_of` by pool, model, driver, CUDA version and health (no
     tenant in it, so every viewer sees it whole; the tenant asked is still checked)."""
     viewer.scope(filters.tenant)
-    return capacity.inventory(
-        context.get().wh,
-        one_cluster(filters),
-        at_of(filters),
-        pool=filters.pool,
-        gpu_model=filters.gpu_model,
-    )
+    wh, cluster, at = context.get().wh, one_cluster(filters), at_of(filters)
+    then = kept_moment(wh, at, cluster=cluster)  # at the live tail's instant: what it kept
+    if then is not None:
+        return then.inventory.filter(_narrowing(filters))
+    return capacity.inventory(wh, cluster, at, pool=filters.pool, gpu_model=filters.gpu_model)
 
 
 def grid(filters: Filters, viewer: Viewer) -> tuple[dt.datetime, pl.DataFrame]:
@@ -110,13 +108,12 @@ def grid(filters: Filters, viewer: Viewer) -> tuple[dt.datetime, pl.DataFrame]:
 def unhealthy(filters: Filters, viewer: Viewer) -> pl.DataFrame:
     """The GPUs not healthy at :func:`at_of`, with their Xid (cluster facts: seen whole)."""
     viewer.scope(filters.tenant)
-    frame = capacity.unhealthy(
-        context.get().wh,
-        one_cluster(filters),
-        at_of(filters),
-        pool=filters.pool,
-        gpu_model=filters.gpu_model,
-    )
+    wh, cluster, at = context.get().wh, one_cluster(filters), at_of(filters)
+    then = kept_moment(wh, at, cluster=cluster)
+    if then is not None:
+        frame = then.unhealthy.filter(_narrowing(filters))
+    else:
+        frame = capacity.unhealthy(wh, cluster, at, pool=filters.pool, gpu_model=filters.gpu_model)
     xids = [capacity.latest_xid(r) for r in frame.iter_rows(named=True)]
     return frame.with_columns(pl.Series("shown_xid", xids, dtype=pl.Int64))
 

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 import polars as pl
 
 from gpuledger_errors import InputError
-from warehouse.analytics import fleet, moment, pending, queues, stranded
+from warehouse.analytics import capacity, fleet, moment, pending, queues, stranded
 from warehouse.analytics import idle as idle_runs
 from warehouse.analytics.fragmentation import FragmentationReport, fragmentation_at, over_range
 from warehouse.analytics.tenancy import in_tenant
@@ -147,12 +147,17 @@ class Moment:
     waiting (:func:`~warehouse.analytics.moment.waiting`), held against guaranteed
     (:func:`~warehouse.analytics.moment.held_vs_guaranteed`) and its fragmentation
     (:func:`~warehouse.analytics.fragmentation.fragmentation_at` with its defaults), and what
-    its waiting jobs are judged against (:func:`~warehouse.analytics.pending.queue_at`)."""
+    its waiting jobs are judged against (:func:`~warehouse.analytics.pending.queue_at`), and
+    its inventory and GPUs not healthy (the Capacity page's)."""
 
     waiting: pl.DataFrame
     held: pl.DataFrame
     fragmentation: FragmentationReport
     queue: pending.Queue
+    #: :func:`~warehouse.analytics.capacity.inventory` and
+    #: :func:`~warehouse.analytics.capacity.unhealthy` at that instant, of every pool and model
+    inventory: pl.DataFrame
+    unhealthy: pl.DataFrame
 
 
 def moment_of(wh: Warehouse, cluster: str, at: dt.datetime) -> Moment:
@@ -163,6 +168,8 @@ def moment_of(wh: Warehouse, cluster: str, at: dt.datetime) -> Moment:
         moment.held_vs_guaranteed(wh, cluster, at),
         fragmentation_at(wh, cluster, at),
         queue,
+        capacity.inventory(wh, cluster, at),
+        capacity.unhealthy(wh, cluster, at),
     )
 
 

@@ -11,9 +11,9 @@ the warehouse again. The GPUs idle in jobs' hands at that instant are kept alike
 cluster and tenant, and so are the fingerprints that a read checks its sealed days against
 (:func:`~warehouse.ledger.seal.fingerprints`, this month's days and the month before's): data
 that arrives late shows from the next pass on. Each cluster's moment at that instant (the jobs
-waiting, what each tenant holds against its guarantee, its fragmentation: what the Overview's
-findings and the Capacity page show now, and what its waiting jobs are judged against: the
-Queues page's "why waiting") is kept alike. The rows of those days' seals are kept
+waiting, what each tenant holds against its guarantee, its fragmentation, inventory and GPUs
+not healthy: what the Overview's findings and the Capacity page show now, and what its waiting
+jobs are judged against: the Queues page's "why waiting") is kept alike. The rows of those days' seals are kept
 too, read once per seal (a seal's rows never change; a day sealed again is read again at the
 next pass), so a month's ledger reads no sealed row from the warehouse: about 45 MB per 30 days
 of the 1,024-GPU demo.

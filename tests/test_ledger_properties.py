@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from warehouse.ledger import GROUPINGS, IdlePolicy, IdleRule, Window
-from warehouse.ledger.compute import build_ledger
+from warehouse.ledger.compute import build_ledger, decide_lines
 from warehouse.ledger.pricing import PriceSegment, round_conserving
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -95,9 +95,7 @@ def test_conservation_for_every_policy_and_grouping(cluster, policy, by) -> None
         return
     end = capacity["ce"].max()
     ledger = build_ledger(
-        usage,
-        capacity,
-        prices,
+        decide_lines(usage, capacity, prices, policy),
         group_by=by,
         policy=policy,
         window=Window(T0, end),
@@ -128,9 +126,7 @@ def test_every_grouping_adds_up_the_tenants_to_the_cent(cluster, policy, by) -> 
 
     def ledger(group_by: str, pol: IdlePolicy):  # type: ignore[no-untyped-def]
         return build_ledger(
-            usage,
-            capacity,
-            prices,
+            decide_lines(usage, capacity, prices, pol),
             group_by=group_by,
             policy=pol,
             window=Window(T0, end),

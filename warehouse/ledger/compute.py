@@ -396,41 +396,6 @@ def warm_lines(
 
 
 def build_ledger(
-    usage: pl.DataFrame,
-    capacity: pl.DataFrame | None,
-    segments: Sequence[PriceSegment],
-    *,
-    group_by: str,
-    policy: IdlePolicy,
-    window: Window,
-    computed_until: dt.datetime,
-    idle: IdleRule,
-    currency: str,
-    stranded_gpu_hours: float | None = None,
-    tenant: str | None = None,
-    only: Mapping[str, str] | None = None,
-) -> Ledger:
-    """Turn usage rows and capacity states into the ledger (pure: no I/O), the lines'
-    cents decided by :func:`decide_lines`. ``tenant`` (an org, or org/project) keeps that
-    tenant's lines alone, with the very cents they carry in the whole ledger; ``only`` keeps
-    the lines whose keys (``pool``, ``gpu_model``, any of :data:`GROUPINGS`) have those values.
-    """
-    grouping_keys(group_by)  # a grouping that is not one is refused before any work
-    return ledger_of(
-        decide_lines(usage, capacity, segments, policy),
-        group_by=group_by,
-        policy=policy,
-        window=window,
-        computed_until=computed_until,
-        idle=idle,
-        currency=currency,
-        stranded_gpu_hours=stranded_gpu_hours,
-        tenant=tenant,
-        only=only,
-    )
-
-
-def ledger_of(
     decided: DecidedLines,
     *,
     group_by: str,
@@ -443,7 +408,12 @@ def ledger_of(
     tenant: str | None = None,
     only: Mapping[str, str] | None = None,
 ) -> Ledger:
-    """:func:`build_ledger` of lines already decided under ``policy``."""
+    """Turn lines decided under ``policy`` (:func:`decide_lines`) into the ledger (pure: no
+    I/O). ``tenant`` (an org, or org/project) keeps that tenant's lines alone, with the very
+    cents they carry in the whole ledger; ``only`` keeps the lines whose keys (``pool``,
+    ``gpu_model``, any of :data:`GROUPINGS`) have those values.
+    """
+    grouping_keys(group_by)  # a grouping that is not one is refused before any work
     lines, direct, shared = decided.lines, decided.direct, decided.shared
     capacity_cost, cap_hours, healthy, capacity_missing = decided.capacity
     grand = decided.grand
@@ -604,7 +574,7 @@ def compute_ledger(
         sealed=sealed,
     )
     until = window.until(now)
-    ledger = ledger_of(
+    ledger = build_ledger(
         decided.lines,
         group_by=group_by,
         policy=policy,

@@ -25,7 +25,7 @@ import polars as pl
 
 from warehouse.analytics.tenancy import owns
 from warehouse.client import Warehouse
-from warehouse.ledger.compute import decided_inputs, in_tenant, ledger_of, priced_inputs
+from warehouse.ledger.compute import build_ledger, decided_inputs, in_tenant, priced_inputs
 from warehouse.ledger.pricing import (
     PriceBook,
     load_price_book,
@@ -237,7 +237,7 @@ def month_cost(
         wh, window, now=now, idle=idle, prices=prices, policy=policy, cluster=cluster
     )
     usage, segments = made.usage, made.segments
-    whole = ledger_of(
+    whole = build_ledger(
         made.lines,
         group_by="tenant",
         policy=policy,

@@ -13,16 +13,16 @@ cluster and tenant, and so are the fingerprints that a read checks its sealed da
 that arrives late shows from the next pass on. Each cluster's moment at that instant (the jobs
 waiting, what each tenant holds against its guarantee, its fragmentation, inventory and GPUs
 not healthy: what the Overview's findings and the Capacity page show now, and what its waiting
-jobs are judged against: the Queues page's "why waiting") is kept alike. The rows of those days' seals are kept
-too, read once per seal (a seal's rows never change; a day sealed again is read again at the
-next pass), so a month's ledger reads no sealed row from the warehouse: about 45 MB per 30 days
-of the 1,024-GPU demo.
+jobs are judged against: the Queues page's "why waiting") is kept alike. The rows of those
+days' seals are kept too, read once per seal (a seal's rows never change; a day sealed again
+is read again at the next pass), so a month's ledger reads no sealed row from the warehouse:
+about 45 MB per 30 days of the 1,024-GPU demo.
 
 What pages make of these figures is kept with them too (:func:`kept_made`): a window's
 priced lines, and its lines decided under a policy, which every tenant's view, grouping and job
-list of that window takes its cents from, are made once per pass by the first to ask and taken
-by the others. The server's ``warm`` makes those of the windows the pages open on right after
-each pass, before anyone asks.
+list of that window takes its cents from, and its usage rows day by day (the idle report's),
+are made once per pass by the first to ask and taken by the others. The server's ``warm``
+makes those of the windows the pages open on right after each pass, before anyone asks.
 
 Nothing else changes: the rows are those the live query gives for the same arguments (a
 cluster's are the whole fleet's rows of that cluster, since ledger_usage.sql filters by cluster

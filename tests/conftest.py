@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import requests
@@ -548,6 +549,16 @@ def demo_site(_site_data: Site) -> Iterator[Site]:
     run: stopped when they end, not at the end of the session."""
     with serving(_site_data.cmd, _site_data.env, _site_data.data_dir, log=_site_data.log) as url:
         yield dataclasses.replace(_site_data, url=url)
+
+
+@contextlib.contextmanager
+def refused(*reads: tuple[object, str]) -> Iterator[None]:
+    """Each ``(module, name)`` raising AssertionError inside the block: an answer that should
+    come from what a live tail kept shows that it asks none of them."""
+    with contextlib.ExitStack() as stack:
+        for module, name in reads:
+            stack.enter_context(mock.patch.object(module, name, side_effect=AssertionError(name)))
+        yield
 
 
 def eventually(condition: Callable[[], object], timeout: float = 5.0, what: str = "it") -> None:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any
-from unittest import mock
 
 import pytest
-from conftest import fresh_database, recent, simulate
+from conftest import fresh_database, recent, refused, simulate
 from dash_calls import call, cli_json, grid_rows, text
 
 from collector.records import GpuHealth, GpuInventory
@@ -138,11 +137,7 @@ def test_the_inventory_at_the_live_tails_instant_asks_nothing_again(fleet_wh: Wa
     assert grid_rows(want["?pool=spare"]["capacity-inventory"]["children"])
     kept = LiveTail(fleet_wh, IdleRule(), every_s=60, clock=lambda: NOW)
     kept.refresh()
-    asked = [
-        mock.patch.object(capacity, name, side_effect=AssertionError(name))
-        for name in ("inventory", "unhealthy")
-    ]
-    with kept.offered(), asked[0], asked[1]:
+    with kept.offered(), refused((capacity, "inventory"), (capacity, "unhealthy")):
         app = create_app(fleet_wh, viewer=lambda: MANAGER, now=lambda: NOW, as_of=kept.now)
         for state in states:
             got = call(app.server.test_client(), INVENTORY, {"filters-state.data": state})

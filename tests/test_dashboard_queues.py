@@ -6,12 +6,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import polars as pl
 import pytest
-from conftest import fresh_database, recent, simulate
+from conftest import fresh_database, recent, refused, simulate
 from dash_calls import call, cli_json, grid_rows, text
 from polars.testing import assert_frame_equal
 
@@ -204,11 +203,7 @@ def test_waiting_jobs_as_of_the_live_tail_ask_nothing_again(fleet_wh: Warehouse)
     asked = pending.queue_at(fleet_wh, "sim", BUSY)
     for part in ("waiting", "allocs", "quotas", "free"):
         assert_frame_equal(getattr(queue, part), getattr(asked, part))
-    refused = [
-        mock.patch.object(module, name, side_effect=AssertionError(name))
-        for module, name in ((explain, "waiting_at"), (pending, "free_state"))
-    ]
-    with kept.offered(), refused[0], refused[1]:
+    with kept.offered(), refused((explain, "waiting_at"), (pending, "free_state")):
         for who in (MANAGER, lead):
             app = create_app(fleet_wh, viewer=lambda w=who: w, now=lambda: BUSY, as_of=kept.now)
             got = call(app.server.test_client(), PENDING, {"filters-state.data": RANGE})

@@ -7,11 +7,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from decimal import Decimal
-from unittest import mock
 
 import moment_fixture as m
 import pytest
-from conftest import fresh_database
+from conftest import fresh_database, refused
 from polars.testing import assert_frame_equal
 
 from dashboards.answers import capacity as capacity_answers
@@ -218,9 +217,8 @@ def test_the_findings_as_of_a_kept_moment_ask_no_moment_again(moment: Warehouse)
     assert then.fragmentation.to_dict() == fragmentation_at(moment, "c1", m.NOW).to_dict()
     filters = Filters.parse({}, today=m.NOW.date())
     create_app(moment, idle=rule, now=lambda: m.NOW, as_of=kept.now)
-    asked = [mock.patch.object(moments, name, side_effect=AssertionError(name)) for name in
-             ("waiting", "held_vs_guaranteed", "stranded_by_model")]  # fmt: skip
-    with kept.offered(), asked[0], asked[1], asked[2]:
+    asked = [(moments, n) for n in ("waiting", "held_vs_guaranteed", "stranded_by_model")]
+    with kept.offered(), refused(*asked):
         for role in roles:
             got = sorted(f.text for f in top_findings(filters, Viewer("someone", role)))
             assert got == want[role], role

@@ -9,12 +9,11 @@ import json
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
-from unittest import mock
 
 import dash
 import plotly
 import pytest
-from conftest import fresh_database, ledger_between, simulate
+from conftest import fresh_database, ledger_between, refused, simulate
 from dash_calls import post
 
 from dashboards.answers import warm
@@ -347,8 +346,7 @@ def test_a_warmed_pass_gives_the_pages_the_figures_they_compute(
         # each window's priced and decided lines, and the ranges' daily usage
         ranged = {(first, last) for _label, first, last in ranges(NOW.date())}
         assert len(tail.made) == 2 * len(warm.windows(NOW.date())) + len(ranged)
-        refused = mock.patch.object(compute, "priced_inputs", side_effect=AssertionError("asked"))
-        with refused:
+        with refused((compute, "priced_inputs")):
             for who in (MANAGER, lead):
                 client = tailed(who)
                 got = (_tree(client, month), _rows(_jobs(client, picked, month)))
@@ -369,11 +367,7 @@ def test_quota_positions_at_the_live_tails_instant_ask_nothing_again(
         assert status == 200 and want[who]["tenants-quotas"]["rowData"]
     kept = LiveTail(fleet, IdleRule(), every_s=60, clock=lambda: NOW)
     kept.refresh()
-    asked = [
-        mock.patch.object(explain, name, side_effect=AssertionError(name))
-        for name in ("_open_allocations", "waiting_at")
-    ]
-    with kept.offered(), asked[0], asked[1]:
+    with kept.offered(), refused((explain, "_open_allocations"), (explain, "waiting_at")):
         for who in (MANAGER, lead):
             app = create_app(fleet, viewer=lambda who=who: who, now=lambda: NOW, as_of=kept.now)
             _status, got = post(

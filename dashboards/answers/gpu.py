@@ -25,9 +25,9 @@ from gpuledger_errors import InputError
 from warehouse.analytics import gpu
 
 _MAX_UUID = 200
-#: Where a manager's telemetry is read while the GPU's holds and idle runs are (two queries
-#: at once on the engine; a tenant's needs its holds first). Threads, never processes: the
-#: engine forbids forking once open.
+#: Where the GPU's idle runs and a manager's telemetry are read while its holds are (a
+#: tenant's telemetry needs its holds first). Threads, never processes: the engine forbids
+#: forking once open.
 _BESIDE = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpu-telemetry")
 #: The telemetry columns a GPU's source may not report at all (NVML has no tensor activity, a
 #: vGPU no power): null in every bucket, they read "not reported", never as zero.
@@ -139,8 +139,21 @@ def gpu_view(gpu_uuid: str, filters: Filters, viewer: Viewer) -> GpuView:
         return dataclasses.replace(view, message=nothing)
     cluster = str(found["cluster"][0])
     beside: Future[pl.DataFrame] | None = None
-    if scope is None and b > a:
-        beside = _BESIDE.submit(gpu.telemetry, ctx.wh, cluster, uuid, a, b)
+    runs: Future[pl.DataFrame] | None = None
+    threshold, min_s = ctx.idle.threshold_ratio, ctx.idle.min_duration_s
+    if b > a:
+        runs = _BESIDE.submit(
+            gpu.idle_runs,
+            ctx.wh,
+            cluster,
+            uuid,
+            a=a,
+            b=b,
+            threshold_ratio=threshold,
+            min_duration_s=min_s,
+        )
+        if scope is None:
+            beside = _BESIDE.submit(gpu.telemetry, ctx.wh, cluster, uuid, a, b)
     held = gpu.holds(ctx.wh, cluster, uuid, a, b, tenant=scope or "")
     if scope is not None and not held.height:
         return dataclasses.replace(view, message=nothing)
@@ -149,8 +162,9 @@ def gpu_view(gpu_uuid: str, filters: Filters, viewer: Viewer) -> GpuView:
         held,
         a=a,
         b=b,
-        threshold_ratio=ctx.idle.threshold_ratio,
-        min_duration_s=ctx.idle.min_duration_s,
+        threshold_ratio=threshold,
+        min_duration_s=min_s,
+        runs=runs.result() if runs is not None else None,
     )
     holds = _holds(held, idle, a, b)
     if beside is not None:

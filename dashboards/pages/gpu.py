@@ -90,10 +90,10 @@ def hold_rows(view: GpuView) -> list[dict[str, Any]]:
     ]
 
 
-def timeline(view: GpuView) -> go.Figure:
+def timeline(view: GpuView) -> go.Figure | dict[str, Any]:
     """One line per job across the time it held the GPU, its idle stretches in red: two
     traces in all, segments apart by gaps, since a trace per hold takes seconds to build for
-    a GPU that hundreds of jobs held."""
+    a GPU that hundreds of jobs held. A figure dictionary, as :func:`telemetry` is."""
     if not view.holds:
         return widgets.blank("No job held this GPU in the range.")
     held: dict[str, list[Any]] = {"x": [], "y": [], "text": []}
@@ -106,16 +106,19 @@ def timeline(view: GpuView) -> go.Figure:
             trace["x"] += [start, end, None]
             trace["y"] += [label, label, None]
             trace["text"] += [f"{label}: {what}"] * 2 + [None]
-    fig = widgets.figure(height=120 + 28 * len(view.holds), showlegend=False)
-    for trace, color in ((held, "#5b8bd0"), (idle, "#d9534f")):
-        fig.add_scatter(
-            **trace,
-            mode="lines",
-            line={"width": 14, "color": color},
-            hovertemplate="%{text}<extra></extra>",
-        )
-    fig.update_xaxes(range=[view.start, view.end])
-    return fig
+    data = [
+        {**trace, "type": "scatter", "mode": "lines", "line": {"width": 14, "color": color},
+         "hovertemplate": "%{text}<extra></extra>"}
+        for trace, color in ((held, "#5b8bd0"), (idle, "#d9534f"))
+    ]  # fmt: skip
+    layout = {
+        "template": widgets.LOOK,
+        "height": 120 + 28 * len(view.holds),
+        "margin": {"l": 60, "r": 20, "t": 30, "b": 40},
+        "showlegend": False,
+        "xaxis": {"range": [view.start, view.end]},
+    }
+    return {"data": data, "layout": layout}
 
 
 def telemetry(view: GpuView) -> go.Figure | dict[str, Any]:

@@ -84,6 +84,28 @@ def telemetry(
     )
 
 
+def idle_runs(
+    wh: Warehouse,
+    cluster: str,
+    gpu_uuid: str,
+    *,
+    a: dt.datetime,
+    b: dt.datetime,
+    threshold_ratio: float,
+    min_duration_s: int,
+) -> pl.DataFrame:
+    """The GPU's runs of low minutes that :func:`hold_idle` judges its holds in [a, b) by:
+    those over the range and the ledger's usage margin each side of it."""
+    margin = _margin(min_duration_s)
+    return gpu_idle_runs(
+        wh, cluster, gpu_uuid, a - margin, b + margin, threshold_ratio=threshold_ratio
+    )
+
+
+def _margin(min_duration_s: int) -> dt.timedelta:
+    return dt.timedelta(seconds=min_duration_s + 60)  # the ledger's usage margin
+
+
 def hold_idle(
     wh: Warehouse,
     held: pl.DataFrame,
@@ -92,11 +114,13 @@ def hold_idle(
     b: dt.datetime,
     threshold_ratio: float,
     min_duration_s: int,
+    runs: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The idle stretches of the GPU's ``held`` intervals (from :func:`holds`) counted in
     [a, b), as the ledger counts them (see :func:`warehouse.analytics.idle.idle_in_holds`):
-    hold, start, end, idle_gpu_hours."""
-    margin = dt.timedelta(seconds=min_duration_s + 60)  # the ledger's usage margin
+    hold, start, end, idle_gpu_hours. ``runs``: the GPU's :func:`idle_runs` over the same
+    range and rule, when they were read already (beside the holds)."""
+    margin = _margin(min_duration_s)
     empty = pl.DataFrame(
         schema={
             "hold": pl.UInt32,
@@ -107,10 +131,16 @@ def hold_idle(
     )
     if not held.height or b <= a:
         return empty
-    cluster, gpu_uuid = held["cluster"][0], held["gpu_uuid"][0]
-    runs = gpu_idle_runs(
-        wh, cluster, gpu_uuid, a - margin, b + margin, threshold_ratio=threshold_ratio
-    )
+    if runs is None:
+        runs = idle_runs(
+            wh,
+            held["cluster"][0],
+            held["gpu_uuid"][0],
+            a=a,
+            b=b,
+            threshold_ratio=threshold_ratio,
+            min_duration_s=min_duration_s,
+        )
     if not runs.height:
         return empty
     return idle_in_holds(held, runs, a=a, b=b, margin=margin, min_duration_s=min_duration_s)

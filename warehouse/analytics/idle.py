@@ -138,16 +138,15 @@ def gpu_idle_runs(
 ) -> pl.DataFrame:
     """One GPU's runs of low minutes over the hours overlapping [lo, hi), per MIG slice
     ('' for a whole GPU), uncut and unjudged: mig_instance, start_ms, end_ms."""
-    pieces = run(
+    return run(
         wh,
-        "gpu_low_pieces",
+        "gpu_low_runs",
         cluster=cluster,
         gpu_uuid=gpu_uuid,
         lo=lo,
         hi=hi,
         threshold=float(threshold_ratio),
     )
-    return merge_runs(pieces, ("mig_instance",))
 
 
 def idle_in_holds(

@@ -2,7 +2,7 @@
 -- [start_ms, end_ms) of consecutive low minutes, one row per GPU (or MIG slice) and hour, from
 -- the 1-minute rollup folded by hour (gpu_minutes_1h). A minute is low as in
 -- ledger_minutes_rollup.sql: it has a utilisation sample and every sample stayed under
--- `threshold` (gpu_low_pieces.sql does the same for one GPU).
+-- `threshold` (gpu_low_runs.sql finds the same minutes for one GPU).
 WITH 4294967296 AS util_sample
 SELECT gpu_uuid, mig_instance, h_ms,
        CAST(arrayMap((x, y) -> (h_ms + x * 60000, h_ms + (y + 1) * 60000),

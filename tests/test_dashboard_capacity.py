@@ -12,6 +12,7 @@ from conftest import fresh_database, recent, refused, simulate
 from dash_calls import call, cli_json, grid_rows, text
 
 from collector.records import GpuHealth, GpuInventory
+from dashboards.answers import warm
 from dashboards.app import create_app
 from dashboards.context import Viewer
 from warehouse.analytics import capacity, fleet
@@ -178,6 +179,38 @@ def test_the_heatmap_holds_each_gpus_hour(fleet_wh: Warehouse) -> None:
         if r["gpu_uuid"] in raw:
             assert z[i][j] == pytest.approx(raw[r["gpu_uuid"]], abs=1e-4)
     assert len(raw) == 16
+
+
+def test_the_heatmap_at_the_live_tails_instant_is_made_once_per_pass(
+    fleet_wh: Warehouse,
+) -> None:
+    """At the live tail's instant the heatmap's hour is read once per pass, for every viewer
+    and filter (the pass warms it): the same figures for a manager, a pool and a tenant's
+    lead as without a tail, the warehouse not asked again."""
+    org, _others = _org_and_others(fleet_wh)
+    lead = Viewer("lead", f"tenant:{org}")
+    asks = [(MANAGER, ""), (MANAGER, "?pool=spare"), (lead, "")]
+    inputs = {"capacity-metric.value": "util"}
+
+    def heatmap(who: Viewer, state: str, **app: Any) -> Any:
+        client = create_app(fleet_wh, viewer=lambda: who, now=lambda: NOW, **app).server
+        got = call(
+            client.test_client(),
+            ["capacity-heatmap.figure"],
+            {**inputs, "filters-state.data": state},
+        )
+        return got["capacity-heatmap"]["figure"]
+
+    want = {(who.role, state): heatmap(who, state) for who, state in asks}
+    assert want[(MANAGER.role, "?pool=spare")] != want[(MANAGER.role, "")]
+    kept = LiveTail(fleet_wh, IdleRule(), every_s=60, clock=lambda: NOW, warm=warm.warm)
+    kept.refresh()
+    with kept.offered():
+        create_app(fleet_wh, viewer=lambda: MANAGER, now=lambda: NOW, as_of=kept.now)
+        warm.warm(NOW)
+        with refused((capacity, "grid_rows")):
+            for who, state in asks:
+                assert heatmap(who, state, as_of=kept.now) == want[(who.role, state)], state
 
 
 def test_a_tenants_heatmap_names_its_own_jobs_alone(fleet_wh: Warehouse) -> None:

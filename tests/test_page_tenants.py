@@ -22,6 +22,7 @@ from dashboards.context import Viewer
 from dashboards.filters import ranges
 from warehouse.analytics import explain
 from warehouse.analytics.explain import why_tenant
+from warehouse.analytics.fleet import known_clusters
 from warehouse.client import Warehouse
 from warehouse.ledger import IdleRule, Ledger, Window, compute, job_costs
 from warehouse.ledger.tail import LiveTail
@@ -345,7 +346,9 @@ def test_a_warmed_pass_gives_the_pages_the_figures_they_compute(
         warm.warm(NOW)
         # each window's priced and decided lines, and the ranges' daily usage
         ranged = {(first, last) for _label, first, last in ranges(NOW.date())}
-        assert len(tail.made) == 2 * len(warm.windows(NOW.date())) + len(ranged)
+        # and each cluster's quota positions and Capacity heatmap
+        clusters = len(known_clusters(fleet))
+        assert len(tail.made) == 2 * len(warm.windows(NOW.date())) + len(ranged) + 2 * clusters
         with refused((compute, "priced_inputs")):
             for who in (MANAGER, lead):
                 client = tailed(who)
@@ -367,10 +370,17 @@ def test_quota_positions_at_the_live_tails_instant_ask_nothing_again(
         assert status == 200 and want[who]["tenants-quotas"]["rowData"]
     kept = LiveTail(fleet, IdleRule(), every_s=60, clock=lambda: NOW)
     kept.refresh()
-    with kept.offered(), refused((explain, "_open_allocations"), (explain, "waiting_at")):
-        for who in (MANAGER, lead):
-            app = create_app(fleet, viewer=lambda who=who: who, now=lambda: NOW, as_of=kept.now)
-            _status, got = post(
-                app.server.test_client(), QUOTAS, [("filters-state", "data", STATE)]
-            )
-            assert got == want[who], who.role
+
+    def asked(who: Viewer) -> Any:
+        app = create_app(fleet, viewer=lambda: who, now=lambda: NOW, as_of=kept.now)
+        return post(app.server.test_client(), QUOTAS, [("filters-state", "data", STATE)])[1]
+
+    with kept.offered():
+        with refused((explain, "_open_allocations"), (explain, "waiting_at")):
+            for who in (MANAGER, lead):
+                assert asked(who) == want[who], who.role
+        # the pass's warming makes them once for every viewer: none asks them again
+        warm.warm(NOW)
+        with refused((explain, "quota_positions")):
+            for who in (MANAGER, lead):
+                assert asked(who) == want[who], who.role

@@ -35,7 +35,7 @@ from warehouse.analytics.fragmentation import (
 )
 from warehouse.analytics.stranded import stranded_over
 from warehouse.analytics.tenancy import in_tenant
-from warehouse.ledger.tail import kept_moment, kept_stranded
+from warehouse.ledger.tail import kept_made, kept_moment, kept_stranded
 from warehouse.times import instant
 
 _EXAMPLE = "2026-11-30T12:00"
@@ -93,16 +93,34 @@ def inventory(filters: Filters, viewer: Viewer) -> pl.DataFrame:
 def grid(filters: Filters, viewer: Viewer) -> tuple[dt.datetime, pl.DataFrame]:
     """(the hour's start, each GPU's allocation and utilisation over it) for ``viewer``: the
     last whole hour before :func:`at_of`."""
-    hour = capacity.grid_hour(at_of(filters))
+    tenant = viewer.scope(filters.tenant)
+    at, cluster = at_of(filters), one_cluster(filters)
+    hour = capacity.grid_hour(at)
     frame = capacity.gpu_grid(
         context.get().wh,
-        one_cluster(filters),
+        cluster,
         hour,
         pool=filters.pool,
         gpu_model=filters.gpu_model,
-        tenant=viewer.scope(filters.tenant),
+        tenant=tenant,
+        rows=grid_rows(cluster, at),
     )
     return hour, frame
+
+
+def grid_rows(cluster: str, at: dt.datetime) -> pl.DataFrame:
+    """The cluster's :func:`~warehouse.analytics.capacity.grid_rows` of the last whole hour
+    before ``at``, made once per pass of the live tail as of ``at`` for every viewer and
+    filter (and warmed by it), else read."""
+    ctx = context.get()
+    hour = capacity.grid_hour(at)
+    return kept_made(
+        ctx.wh,
+        at,
+        ctx.idle,
+        ("capacity grid", cluster, hour),
+        lambda: capacity.grid_rows(ctx.wh, cluster, hour),
+    )
 
 
 def unhealthy(filters: Filters, viewer: Viewer) -> pl.DataFrame:

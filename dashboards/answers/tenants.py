@@ -4,6 +4,7 @@ one tenant's jobs. Everything is limited to the viewer's tenant, server-side."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -17,9 +18,10 @@ from dashboards.context import Viewer
 from dashboards.filters import Filters
 from gpuledger_errors import InputError
 from warehouse.analytics import explain, fleet
+from warehouse.analytics.explain import PoolPosition
 from warehouse.analytics.tenancy import owns
 from warehouse.ledger import Hours, JobTable, cost_breakdown, job_table, load_price_book
-from warehouse.ledger.tail import kept_moment
+from warehouse.ledger.tail import kept_made, kept_moment
 
 #: The line a tenant or user without a name is shown under (as the ledger shows it).
 NONE = "(none)"
@@ -123,17 +125,7 @@ def quotas(filters: Filters, viewer: Viewer) -> dict[str, Any]:
     clusters = [cluster_of(filters)] if filters.cluster else fleet.known_clusters(ctx.wh)
     rows = []
     for cluster in clusters:
-        then = kept_moment(ctx.wh, at, cluster=cluster)  # at the live tail's instant: its queue
-        positions = explain.quota_positions(
-            ctx.wh,
-            cluster,
-            at,
-            idle_threshold_ratio=ctx.idle.threshold_ratio,
-            kept=None
-            if then is None
-            else (then.queue.quotas, then.queue.allocs, then.queue.waiting),
-        )
-        for tenant, pools in positions.items():
+        for tenant, pools in quota_positions(cluster, at).items():
             if not _within(tenant, scope):
                 continue
             for p in pools:
@@ -160,6 +152,27 @@ def quotas(filters: Filters, viewer: Viewer) -> dict[str, Any]:
                     }
                 )
     return {"at": at.isoformat(), "tenant": scope, "rows": rows}
+
+
+def quota_positions(cluster: str, at: dt.datetime) -> dict[str, list[PoolPosition]]:
+    """Every tenant's :func:`~warehouse.analytics.explain.quota_positions` in ``cluster`` at
+    ``at`` under the settings' idle threshold: made once per pass of the live tail as of
+    ``at`` for every viewer (and warmed by it), from the queue its moment keeps; else read."""
+    ctx = context.get()
+
+    def made() -> dict[str, list[PoolPosition]]:
+        then = kept_moment(ctx.wh, at, cluster=cluster)
+        return explain.quota_positions(
+            ctx.wh,
+            cluster,
+            at,
+            idle_threshold_ratio=ctx.idle.threshold_ratio,
+            kept=None
+            if then is None
+            else (then.queue.quotas, then.queue.allocs, then.queue.waiting),
+        )
+
+    return kept_made(ctx.wh, at, ctx.idle, ("quota positions", cluster), made)
 
 
 def _jobs_of(filters: Filters, viewer: Viewer, of: str, user: str) -> tuple[JobTable, str]:

@@ -71,15 +71,32 @@ def gpu_grid(
     pool: str = "",
     gpu_model: str = "",
     tenant: str | None = None,
+    rows: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Each GPU over the hour starting at ``hour`` (on the hour): node, gpu_index, gpu_uuid,
     pool, gpu_model, health, capacity_gpus, held_gpus (mean share held by jobs), util_ratio
     (mean utilisation, None without samples), holders (tenant, job_id, held), and, for the
-    view of ``tenant`` (see :func:`scope_grid`), own_held_gpus and hidden."""
+    view of ``tenant`` (see :func:`scope_grid`), own_held_gpus and hidden. ``rows``: the
+    cluster's :func:`grid_rows` of that hour, when they were read already."""
+    if rows is None:
+        rows = grid_rows(wh, cluster, hour, pool=pool, gpu_model=gpu_model)
+    else:
+        rows = rows.filter(
+            (pl.lit(pool == "") | (pl.col("pool") == pool))
+            & (pl.lit(gpu_model == "") | (pl.col("gpu_model") == gpu_model))
+        )
+    return scope_grid(rows, tenant)
+
+
+def grid_rows(
+    wh: Warehouse, cluster: str, hour: dt.datetime, *, pool: str = "", gpu_model: str = ""
+) -> pl.DataFrame:
+    """Each GPU over the hour starting at ``hour``, of ``pool`` and ``gpu_model`` ('': all),
+    as every viewer's :func:`gpu_grid` starts from (no tenant's view taken yet)."""
     hour = _utc(hour, "hour")
     if hour != hour.replace(minute=0, second=0, microsecond=0):
         raise InputError(f"hour {hour.isoformat()} must start on the hour (e.g. 10:00)")
-    frame = queries.run(
+    return queries.run(
         wh,
         "capacity_grid",
         cluster=cluster,
@@ -88,7 +105,6 @@ def gpu_grid(
         pool=pool,
         gpu_model=gpu_model,
     )
-    return scope_grid(frame, tenant)
 
 
 _GRID_SCHEMA: dict[str, Any] = {

@@ -16,7 +16,7 @@ from typing import Any
 import dash
 from dash import Dash, Input, Output, State, dcc, html
 
-from dashboards import api, context, downloads
+from dashboards import answer_json, api, context, downloads
 from dashboards.cache import AnswerCache
 from dashboards.context import Decide, Forbidden, Viewer
 from dashboards.filters import Filters, ranges
@@ -58,6 +58,7 @@ def create_app(
         ctx.now = now
     ctx.as_of = as_of
     context.set_context(ctx)
+    answer_json.install()
     app = Dash(
         __name__,
         use_pages=True,

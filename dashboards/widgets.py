@@ -107,6 +107,22 @@ def figure(height: int = 360, **layout: Any) -> go.Figure:
     )
 
 
+def chart(traces: list[dict[str, Any]], height: int = 360, **layout: Any) -> dict[str, Any]:
+    """A figure as the dictionary plotly.js reads, in the house look of :func:`figure`: for
+    traces of many points, which a ``go.Figure`` copies and validates one by one (hundreds of
+    milliseconds for a month of hourly series). Each trace names its ``type``, and titles are
+    ``{"text": …}`` (plotly.js 3 reads no bare string there; a ``go.Figure`` converts it)."""
+    return {
+        "data": traces,
+        "layout": {
+            "template": LOOK,
+            "height": height,
+            "margin": {"l": 60, "r": 20, "t": 30, "b": 40},
+            **layout,
+        },
+    }
+
+
 def blank(text: str, height: int = 360) -> go.Figure:
     """A figure with no data that says why, instead of empty axes."""
     fig = figure(height, xaxis={"visible": False}, yaxis={"visible": False})

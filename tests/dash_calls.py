@@ -8,6 +8,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import plotly.graph_objects as go
+
 from gpuledger.commands import cmd_fragmentation, cmd_queues
 from gpuledger.parser import parse
 from gpuledger.settings import load_settings
@@ -37,7 +39,27 @@ def post(
     if reply.status_code != 200:
         return reply.status_code, {}
     response: dict[str, Any] = reply.get_json()["response"]
+    valid_figures(response)
     return 200, response
+
+
+def valid_figures(response: dict[str, dict[str, Any]]) -> None:
+    """Every figure of a callback's response is one plotly accepts: pages write some as
+    dictionaries, which nothing validates on the way to the browser (a misspelt property
+    would be dropped there in silence)."""
+    for outputs in response.values():
+        if isinstance(outputs.get("figure"), dict):
+            go.Figure(outputs["figure"])  # raises, naming the property, on one it does not know
+            assert not _bare_titles(outputs["figure"]), "plotly.js 3 reads titles as {'text': …}"
+
+
+def _bare_titles(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        found = [v for k, v in value.items() if k == "title" and isinstance(v, str)]
+        return found + [t for v in value.values() for t in _bare_titles(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _bare_titles(v)]
+    return []
 
 
 def call(

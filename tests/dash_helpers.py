@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from dash_calls import valid_figures
+
 #: The outputs of each page's callback (every one takes ``filters-state``; the GPU page also
 #: ``gpu-uuid``).
 IDLE = [
@@ -59,7 +61,9 @@ def update(
 def outputs(reply: Any) -> dict[str, dict[str, Any]]:
     """The outputs of a successful callback, by component id."""
     assert reply.status_code == 200, reply.data[:500]
-    return reply.get_json()["response"]  # type: ignore[no-any-return]
+    response: dict[str, dict[str, Any]] = reply.get_json()["response"]
+    valid_figures(response)
+    return response
 
 
 def page(client: Any, callbacks: Sequence[Sequence[tuple[str, str]]], state: str) -> Any:

@@ -27,6 +27,7 @@ import plotly.graph_objects as go
 import polars as pl
 from dash import Input, Output, callback, dcc, html
 from dash.development.base_component import Component
+from plotly.colors import get_colorscale
 
 from dashboards import widgets
 from dashboards.answers import capacity as answers
@@ -147,7 +148,7 @@ def _inventory(state: str | None) -> tuple[Any, ...]:
     Input("filters-state", "data"),
     Input("capacity-metric", "value"),
 )
-def _heatmap(state: str | None, metric: str | None) -> go.Figure:
+def _heatmap(state: str | None, metric: str | None) -> go.Figure | dict[str, Any]:
     """Node x GPU: the allocated share or the utilisation of each GPU over the hour."""
     try:
         filters, who = widgets.asked(state)
@@ -159,7 +160,7 @@ def _heatmap(state: str | None, metric: str | None) -> go.Figure:
     return heatmap(grid, metric or "held", f"{widgets.when(hour)} + 1 h")
 
 
-def heatmap(grid: pl.DataFrame, metric: str, hour: str) -> go.Figure:
+def heatmap(grid: pl.DataFrame, metric: str, hour: str) -> dict[str, Any]:
     """The grid as a heatmap (rows: nodes; columns: GPU index), hover naming what the viewer
     may see of each GPU."""
     nodes = sorted(set(grid["node"].to_list()))
@@ -171,26 +172,28 @@ def heatmap(grid: pl.DataFrame, metric: str, hour: str) -> go.Figure:
         share = r["held_gpus"] / r["capacity_gpus"] if r["capacity_gpus"] else 0.0
         z[i][j] = share if metric == "held" else r["util_ratio"]
         text[i][j] = _hover(r, share)
-    fig = widgets.figure(
+    trace = {
+        "type": "heatmap",
+        "z": z,
+        "x": indexes,
+        "y": nodes,
+        "text": text,
+        "hovertemplate": "%{y} GPU %{x}<br>%{text}<extra></extra>",
+        "zmin": 0,
+        "zmax": 1,
+        # spelled out as plotly.py would: plotly.js's own scales of these names differ
+        "colorscale": get_colorscale("Blues" if metric == "held" else "Viridis"),
+        "colorbar": {"tickformat": ".0%"},
+        "xgap": 2,
+        "ygap": 2,
+    }
+    return widgets.chart(
+        [trace],
         max(260, 28 * len(nodes) + 120),
-        xaxis={"title": "GPU index", "dtick": 1},
-        yaxis={"title": "", "autorange": "reversed"},
+        xaxis={"title": {"text": "GPU index"}, "dtick": 1},
+        yaxis={"title": {"text": ""}, "autorange": "reversed"},
         title={"text": f"{METRICS.get(metric, metric)}, {hour}", "font": {"size": 14}},
     )
-    fig.add_heatmap(
-        z=z,
-        x=indexes,
-        y=nodes,
-        text=text,
-        hovertemplate="%{y} GPU %{x}<br>%{text}<extra></extra>",
-        zmin=0,
-        zmax=1,
-        colorscale="Blues" if metric == "held" else "Viridis",
-        colorbar={"tickformat": ".0%"},
-        xgap=2,
-        ygap=2,
-    )
-    return fig
 
 
 def _hover(r: dict[str, Any], share: float) -> str:
@@ -227,7 +230,7 @@ TENANTS = {
     Output("capacity-stranded-tenants", "children"),
     Input("filters-state", "data"),
 )
-def _stranded(state: str | None) -> tuple[Component, go.Figure, Component]:
+def _stranded(state: str | None) -> tuple[Component, go.Figure | dict[str, Any], Component]:
     """The largest job that fits per model now, stranded GPUs over the range, by tenant."""
     try:
         filters, who = widgets.asked(state)
@@ -273,18 +276,21 @@ def _stranded(state: str | None) -> tuple[Component, go.Figure, Component]:
     )
 
 
-def _trend(series: pl.DataFrame) -> go.Figure:
+def _trend(series: pl.DataFrame) -> go.Figure | dict[str, Any]:
     if not series.height:
         return widgets.blank("No schedulable GPU in this range.")
-    fig = widgets.figure(300, yaxis={"title": "GPUs"})
+    traces = []
     for (model,), rows in series.group_by("gpu_model", maintain_order=True):
         hourly = rows.group_by("ts").agg(pl.col("stranded_gpus", "free_gpus").sum()).sort("ts")
         for column, label in (("free_gpus", "free"), ("stranded_gpus", "stranded")):
-            fig.add_scatter(
-                x=hourly["ts"].to_list(),
-                y=hourly[column].to_list(),
-                name=f"{model} {label}",
-                mode="lines",
-                line={"shape": "hv", "dash": "dot" if label == "free" else "solid"},
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": hourly["ts"].to_list(),
+                    "y": hourly[column].to_list(),
+                    "name": f"{model} {label}",
+                    "mode": "lines",
+                    "line": {"shape": "hv", "dash": "dot" if label == "free" else "solid"},
+                }
             )
-    return fig
+    return widgets.chart(traces, 300, yaxis={"title": {"text": "GPUs"}})

@@ -104,26 +104,29 @@ def worst_rows(report: IdleReport) -> list[dict[str, Any]]:
     ]
 
 
-def trend(report: IdleReport) -> go.Figure:
+def trend(report: IdleReport) -> go.Figure | dict[str, Any]:
     if not report.days:
         return widgets.blank("No day of this range has begun yet.")
     days = [d.day.isoformat() for d in report.days]
-    fig = widgets.figure(height=320, yaxis={"title": "GPU-hours"}, barmode="overlay")
-    fig.add_bar(
-        x=days,
-        y=[d.allocated_gpu_hours for d in report.days],
-        name="Held",
-        marker={"color": "#c7d7ee"},
+    held = {
+        "type": "bar",
+        "x": days,
+        "y": [d.allocated_gpu_hours for d in report.days],
+        "name": "Held",
+        "marker": {"color": "#c7d7ee"},
+    }
+    idle = {
+        "type": "bar",
+        "x": days,
+        "y": [d.idle_gpu_hours or 0.0 for d in report.days],
+        "name": "Idle",
+        "marker": {"color": "#d9534f"},
+        "customdata": [widgets.money(d.idle_cost, report.currency) for d in report.days],
+        "hovertemplate": "%{x}: %{y:.1f} idle GPU-h, %{customdata}<extra></extra>",
+    }
+    return widgets.chart(
+        [held, idle], 320, yaxis={"title": {"text": "GPU-hours"}}, barmode="overlay"
     )
-    fig.add_bar(
-        x=days,
-        y=[d.idle_gpu_hours or 0.0 for d in report.days],
-        name="Idle",
-        marker={"color": "#d9534f"},
-        customdata=[widgets.money(d.idle_cost, report.currency) for d in report.days],
-        hovertemplate="%{x}: %{y:.1f} idle GPU-h, %{customdata}<extra></extra>",
-    )
-    return fig
 
 
 def kpis(report: IdleReport) -> list[html.Div]:

@@ -93,11 +93,11 @@ def cost(c: CostToDate) -> list[html.Div]:
     ]  # fmt: skip
 
 
-def timeseries(o: Range) -> go.Figure:
+def timeseries(o: Range) -> dict[str, Any]:
     """The whole cluster hour by hour (for those who see it), or the viewer's own GPUs day by
     day; idle is per day (the ledger's days)."""
-    fig = widgets.figure(height=380, yaxis={"title": "GPUs"})
     days = [d.day for d in o.days]
+    traces: list[dict[str, Any]] = []
     if o.hourly is not None:
         x = o.hourly["ts"].to_list()
         for column, name in (
@@ -106,17 +106,33 @@ def timeseries(o: Range) -> go.Figure:
             ("used_gpus", "Used"),
         ):
             shape = {"shape": "hv"} if column == "capacity_gpus" else {}
-            fig.add_scatter(x=x, y=o.hourly[column].to_list(), name=name, mode="lines", line=shape)
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": x,
+                    "y": o.hourly[column].to_list(),
+                    "name": name,
+                    "mode": "lines",
+                    "line": shape,
+                }
+            )
     else:
-        fig.add_scatter(x=days, y=[d.allocated_gpu_hours / 24 for d in o.days], name="Allocated")
-        fig.add_scatter(x=days, y=[(d.used_gpu_hours or 0) / 24 for d in o.days], name="Used")
-    fig.add_scatter(
-        x=days,
-        y=[(d.idle_gpu_hours or 0) / 24 for d in o.days],
-        name="Idle (mean of the day)",
-        line={"shape": "hv", "dash": "dot", "color": "#d9534f"},
+        traces += [
+            {"type": "scatter", "x": days, "y": [d.allocated_gpu_hours / 24 for d in o.days],
+             "name": "Allocated"},
+            {"type": "scatter", "x": days, "y": [(d.used_gpu_hours or 0) / 24 for d in o.days],
+             "name": "Used"},
+        ]  # fmt: skip
+    traces.append(
+        {
+            "type": "scatter",
+            "x": days,
+            "y": [(d.idle_gpu_hours or 0) / 24 for d in o.days],
+            "name": "Idle (mean of the day)",
+            "line": {"shape": "hv", "dash": "dot", "color": "#d9534f"},
+        }
     )
-    return fig
+    return widgets.chart(traces, 380, yaxis={"title": {"text": "GPUs"}})
 
 
 def inventory(fleet_now: pl.DataFrame | None) -> Any:
@@ -172,7 +188,7 @@ def _now(state: str | None) -> tuple[Any, Any]:
     Output("overview-timeseries", "figure"),
     Input("filters-state", "data"),
 )
-def _range(state: str | None) -> tuple[Any, go.Figure]:
+def _range(state: str | None) -> tuple[Any, go.Figure | dict[str, Any]]:
     """The range's GPU-hours and the chart of them."""
     try:
         filters, who = widgets.asked(state)

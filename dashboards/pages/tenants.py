@@ -14,6 +14,7 @@ import dash
 import dash_ag_grid as dag
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, clientside_callback, dcc, html
+from plotly.colors import get_colorscale
 
 from dashboards import grids, widgets
 from dashboards.answers import tenants as answers
@@ -139,7 +140,7 @@ def _empty_figure() -> go.Figure:
 _MARGIN = {"l": 10, "r": 10, "t": 30, "b": 10}
 
 
-def _treemap(rows: list[dict[str, Any]], currency: str) -> go.Figure:
+def _treemap(rows: list[dict[str, Any]], currency: str) -> dict[str, Any]:
     """Org → project → user, sized by allocated GPU-hours and coloured by used ÷ allocated."""
     ids, labels, parents, values, colours, data = [], [], [], [], [], []
     for r in rows:
@@ -157,27 +158,28 @@ def _treemap(rows: list[dict[str, Any]], currency: str) -> go.Figure:
         values.append(r["allocated_gpu_hours"] if r["level"] == 2 else 0)
         colours.append(r["efficiency"] if r["efficiency"] is not None else 0)
         data.append([r["tenant"], r["user"], r["total_cost"]])
-    figure = _empty_figure()
-    figure.add_trace(
-        go.Treemap(
-            ids=ids,
-            labels=labels,
-            parents=parents,
-            values=values,
-            branchvalues="remainder",  # parents carry 0: their size is their users' sum
-            customdata=data,
-            marker={
-                "colors": colours,
-                "colorscale": "RdYlGn",
-                "cmin": 0,
-                "cmax": 1,
-                "colorbar": {"title": "used ÷ allocated"},
-            },
-            hovertemplate="%{label}<br>%{value:,.1f} GPU-h allocated<br>"
-            f"%{{customdata[2]}} {currency}<extra></extra>",
-        )
-    )
-    return figure
+    treemap = {
+        "type": "treemap",
+        "ids": ids,
+        "labels": labels,
+        "parents": parents,
+        "values": values,
+        "branchvalues": "remainder",  # parents carry 0: their size is their users' sum
+        "customdata": data,
+        "marker": {
+            "colors": colours,
+            "colorscale": get_colorscale("RdYlGn"),  # spelled out as plotly.py would
+            "cmin": 0,
+            "cmax": 1,
+            "colorbar": {"title": {"text": "used ÷ allocated"}},
+        },
+        "hovertemplate": "%{label}<br>%{value:,.1f} GPU-h allocated<br>"
+        f"%{{customdata[2]}} {currency}<extra></extra>",
+    }
+    return {
+        "data": [treemap],
+        "layout": {"template": widgets.LOOK, "height": 420, "margin": _MARGIN},
+    }
 
 
 @callback(
@@ -186,7 +188,7 @@ def _treemap(rows: list[dict[str, Any]], currency: str) -> go.Figure:
     Output("tenants-note", "children"),
     Input("filters-state", "data"),
 )
-def _tree(state: str | None) -> tuple[go.Figure, list[dict[str, Any]], Any]:
+def _tree(state: str | None) -> tuple[go.Figure | dict[str, Any], list[dict[str, Any]], Any]:
     """The tree of the tenants the viewer may see, in the window and filters."""
     try:
         filters, who = widgets.asked(state)

@@ -93,18 +93,12 @@ def table(
 #: plotly_white's layout alone: the whole template (every trace type's defaults) is copied into
 #: each figure, some 60 ms a figure.
 LOOK = go.layout.Template(layout=pio.templates["plotly_white"].layout)
+_MARGIN = {"l": 60, "r": 20, "t": 30, "b": 40}
 
 
 def figure(height: int = 360, **layout: Any) -> go.Figure:
     """An empty figure in the house look."""
-    return go.Figure(
-        layout={
-            "template": LOOK,
-            "height": height,
-            "margin": {"l": 60, "r": 20, "t": 30, "b": 40},
-            **layout,
-        }
-    )
+    return go.Figure(layout=_layout(height, layout))
 
 
 def chart(traces: list[dict[str, Any]], height: int = 360, **layout: Any) -> dict[str, Any]:
@@ -112,15 +106,11 @@ def chart(traces: list[dict[str, Any]], height: int = 360, **layout: Any) -> dic
     traces of many points, which a ``go.Figure`` copies and validates one by one (hundreds of
     milliseconds for a month of hourly series). Each trace names its ``type``, and titles are
     ``{"text": …}`` (plotly.js 3 reads no bare string there; a ``go.Figure`` converts it)."""
-    return {
-        "data": traces,
-        "layout": {
-            "template": LOOK,
-            "height": height,
-            "margin": {"l": 60, "r": 20, "t": 30, "b": 40},
-            **layout,
-        },
-    }
+    return {"data": traces, "layout": _layout(height, layout)}
+
+
+def _layout(height: int, layout: dict[str, Any]) -> dict[str, Any]:
+    return {"template": LOOK, "height": height, "margin": _MARGIN, **layout}
 
 
 def blank(text: str, height: int = 360) -> go.Figure:

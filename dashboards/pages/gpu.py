@@ -93,7 +93,7 @@ def hold_rows(view: GpuView) -> list[dict[str, Any]]:
 def timeline(view: GpuView) -> go.Figure | dict[str, Any]:
     """One line per job across the time it held the GPU, its idle stretches in red: two
     traces in all, segments apart by gaps, since a trace per hold takes seconds to build for
-    a GPU that hundreds of jobs held. A figure dictionary, as :func:`telemetry` is."""
+    a GPU that hundreds of jobs held. A figure dictionary (:func:`widgets.chart`)."""
     if not view.holds:
         return widgets.blank("No job held this GPU in the range.")
     held: dict[str, list[Any]] = {"x": [], "y": [], "text": []}
@@ -111,14 +111,12 @@ def timeline(view: GpuView) -> go.Figure | dict[str, Any]:
          "hovertemplate": "%{text}<extra></extra>"}
         for trace, color in ((held, "#5b8bd0"), (idle, "#d9534f"))
     ]  # fmt: skip
-    layout = {
-        "template": widgets.LOOK,
-        "height": 120 + 28 * len(view.holds),
-        "margin": {"l": 60, "r": 20, "t": 30, "b": 40},
-        "showlegend": False,
-        "xaxis": {"range": [view.start, view.end]},
-    }
-    return {"data": data, "layout": layout}
+    return widgets.chart(
+        data,
+        120 + 28 * len(view.holds),
+        showlegend=False,
+        xaxis={"range": [view.start, view.end]},
+    )
 
 
 def telemetry(view: GpuView) -> go.Figure | dict[str, Any]:

@@ -176,10 +176,7 @@ def _treemap(rows: list[dict[str, Any]], currency: str) -> dict[str, Any]:
         "hovertemplate": "%{label}<br>%{value:,.1f} GPU-h allocated<br>"
         f"%{{customdata[2]}} {currency}<extra></extra>",
     }
-    return {
-        "data": [treemap],
-        "layout": {"template": widgets.LOOK, "height": 420, "margin": _MARGIN},
-    }
+    return widgets.chart([treemap], 420, margin=_MARGIN)
 
 
 @callback(

@@ -79,20 +79,17 @@ def gpu_grid(
     view of ``tenant`` (see :func:`scope_grid`), own_held_gpus and hidden. ``rows``: the
     cluster's :func:`grid_rows` of that hour, when they were read already."""
     if rows is None:
-        rows = grid_rows(wh, cluster, hour, pool=pool, gpu_model=gpu_model)
-    else:
-        rows = rows.filter(
-            (pl.lit(pool == "") | (pl.col("pool") == pool))
-            & (pl.lit(gpu_model == "") | (pl.col("gpu_model") == gpu_model))
-        )
+        rows = grid_rows(wh, cluster, hour)
+    rows = rows.filter(
+        (pl.lit(pool == "") | (pl.col("pool") == pool))
+        & (pl.lit(gpu_model == "") | (pl.col("gpu_model") == gpu_model))
+    )
     return scope_grid(rows, tenant)
 
 
-def grid_rows(
-    wh: Warehouse, cluster: str, hour: dt.datetime, *, pool: str = "", gpu_model: str = ""
-) -> pl.DataFrame:
-    """Each GPU over the hour starting at ``hour``, of ``pool`` and ``gpu_model`` ('': all),
-    as every viewer's :func:`gpu_grid` starts from (no tenant's view taken yet)."""
+def grid_rows(wh: Warehouse, cluster: str, hour: dt.datetime) -> pl.DataFrame:
+    """Each GPU of the cluster over the hour starting at ``hour``, as every viewer's and
+    filter's :func:`gpu_grid` starts from (no pool, model or tenant's view taken yet)."""
     hour = _utc(hour, "hour")
     if hour != hour.replace(minute=0, second=0, microsecond=0):
         raise InputError(f"hour {hour.isoformat()} must start on the hour (e.g. 10:00)")
@@ -102,8 +99,6 @@ def grid_rows(
         cluster=cluster,
         start=hour,
         end=hour + _HOUR,
-        pool=pool,
-        gpu_model=gpu_model,
     )
 
 

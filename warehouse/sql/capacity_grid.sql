@@ -3,7 +3,7 @@
 -- average over the hour (held_gpus, from the allocations) with who held it (holders: tenant,
 -- job, share-hours / hour), and its mean utilisation over the hour's samples (util_ratio,
 -- NULL without samples; from the 1-hour rollup, so the hour must start on the hour).
--- MIG slices are folded into their GPU. '' pool or model: all of them.
+-- MIG slices are folded into their GPU.
 WITH
     unit AS (
         SELECT gpu_uuid, mig_instance, argMax(node, ts) AS node,
@@ -53,7 +53,5 @@ FROM unit AS u
 LEFT JOIN held AS h ON h.gpu_uuid = u.gpu_uuid AND h.mig_instance = u.mig_instance
 LEFT JOIN util AS t ON t.gpu_uuid = u.gpu_uuid AND t.mig_instance = u.mig_instance
 WHERE u.health != 'retired'
-  AND ({pool:String} = '' OR u.pool = {pool:String})
-  AND ({gpu_model:String} = '' OR u.gpu_model = {gpu_model:String})
 GROUP BY u.gpu_uuid
 ORDER BY node, gpu_index, gpu_uuid
